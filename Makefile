@@ -1,0 +1,56 @@
+# 第 7 讲课程仓库的全部命令。新机器上只需要：
+#   make lab    —— 装好一切，检查环境，打开 JupyterLab
+#   make test   —— 装好一切，跑全部测试（CI 也用它：.ci/run）
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+export PYTHONPATH := $(CURDIR)
+# 小模型在 CPU 上单线程更快，也避免两个测试进程抢同一个核
+export OMP_NUM_THREADS ?= 1
+export MPLBACKEND ?= Agg
+
+.PHONY: setup lab test test-fast nbval notebooks release bench grade clean-student-data stamp-badges
+
+setup: $(STAMP)
+
+$(STAMP): requirements.txt requirements-dev.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -r requirements-dev.txt
+	$(PY) -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (lecture07)" >/dev/null
+	touch $(STAMP)
+
+lab: setup
+	$(PY) -m lib.check_env
+	$(VENV)/bin/jupyter lab --notebook-dir=. notebooks/00_start_here.ipynb
+
+# 全部测试：lib 的单元测试、练习的往返、评分流水线、浏览器测试、notebook 的 nbval
+test: setup
+	$(PY) -m lib.check_env --quiet
+	$(PY) -m pytest
+
+# 只跑快的：不执行 notebook、不开浏览器
+test-fast: setup
+	$(PY) -m pytest -m "not slow" --ignore=notebooks
+
+# 重新执行 notebooks/ 并保存输出（改了 notebook 或 lib 之后运行，再提交）
+notebooks: setup
+	CI=true $(PY) -m lib.tools.run_notebooks notebooks/*.ipynb
+
+# 用 nbgrader 从 source/ 重新生成 release/ 和 solutions/
+release: setup
+	$(PY) -m lib.tools.regenerate
+
+stamp-badges: setup
+	$(PY) -m lib.tools.badges --write
+
+bench: setup
+	$(PY) tests/benchmarks/bench_mini_gpt.py
+
+# 助教：make grade A=exercises S=downloads/submissions.zip JOBS=2
+grade: setup
+	$(PY) -m lib.grading grade $(A) --submissions $(S) --jobs $(or $(JOBS),2)
+
+clean-student-data:
+	rm -rf submitted autograded feedback gradebook.db grades.csv .grading
