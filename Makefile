@@ -23,7 +23,7 @@ $(STAMP): requirements.txt requirements-dev.txt
 
 lab: setup
 	$(PY) -m lib.check_env
-	$(VENV)/bin/jupyter lab --notebook-dir=. notebooks/00_start_here.ipynb
+	$(VENV)/bin/jupyter lab --notebook-dir=. $(if $(filter 0,$(shell id -u)),--allow-root) notebooks/00_start_here.ipynb
 
 # 浏览器测试要 Chromium，评分沙箱要 bubblewrap：以 root 运行且有 apt 时自动安装；
 # 装不上时相应的测试会带着原因跳过（评分退回到无沙箱模式并在 status 里注明）。

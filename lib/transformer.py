@@ -213,6 +213,9 @@ class MultiHeadAttention(nn.Module):
                 k = torch.cat([cache["k"], k], dim=2)  # (B, h_kv, past+T, hs)
                 v = torch.cat([cache["v"], v], dim=2)
             cache["k"], cache["v"] = k, v
+        if is_causal and mask is None and (need_weights or past > 0):
+            mask = causal_mask(T, past + T, device=x.device)  # (T, past+T)：显式路径也要因果
+            is_causal = False
         if self.n_kv_heads != self.n_heads:  # GQA：每组 K、V 复制给组内的查询头
             rep = self.n_heads // self.n_kv_heads
             k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)  # (B, h, Tk, hs)
@@ -222,7 +225,7 @@ class MultiHeadAttention(nn.Module):
             out, weights = scaled_dot_product_attention(q, k, v, mask, p)
         else:  # 快速路径：同一个公式，PyTorch 的融合实现，不保存 T×T 的权重
             weights = None
-            if is_causal and past == 0 and mask is None:
+            if is_causal:
                 out = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
             else:
                 out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
@@ -391,10 +394,12 @@ class TransformerLM(nn.Module):
             self.lm_head.weight = self.tok_emb.weight  # §8.2：省下 V·d 个参数
         self.apply(self._init_weights)
         # GPT-2 初始化（§9）：残差路径上的最后一个线性层再乘 1/sqrt(2N)，
-        # 让主干上的方差在初始化时不随层数增长（每块有 2 个子层往主干上加东西）。
+        # 让主干上的方差在初始化时不随层数增长（每块有 2 个子层往主干上加东西；
+        # 带交叉注意力的块有 3 个）。
+        branches = (3 if cfg.cross_attention else 2) * cfg.n_layers
         for name, p in self.named_parameters():
             if name.endswith(("out_proj.weight", "fc_out.weight")):
-                nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * cfg.n_layers))
+                nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(branches))
 
     @staticmethod
     def _init_weights(module):

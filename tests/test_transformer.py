@@ -171,6 +171,18 @@ def test_multihead_equals_torch_multiheadattention():
     assert (out - ref_out).abs().max() < 1e-6
 
 
+def test_is_causal_holds_on_every_path_of_multihead_attention():
+    mha = MultiHeadAttention(16, 2).eval()
+    x = torch.randn(1, 6, 16)
+    fast, _ = mha(x, is_causal=True)
+    explicit, w = mha(x, is_causal=True, need_weights=True)
+    assert (w[..., ~causal_mask(6)] == 0).all() and torch.allclose(fast, explicit, atol=1e-6)
+    cache = {}  # feed the sequence in two chunks through the cache: same as one causal pass
+    first, _ = mha(x[:, :2], cache=cache, is_causal=True)
+    second, _ = mha(x[:, 2:], cache=cache, is_causal=True)
+    assert torch.allclose(torch.cat([first, second], dim=1), fast, atol=1e-6)
+
+
 def test_grouped_query_attention_shapes_and_cache_size():
     mha = MultiHeadAttention(32, 8, n_kv_heads=2)
     cache = {}
