@@ -1,0 +1,266 @@
+"""提交前的自查：你的练习 notebook 里的评分单元格（nbgrader 单元格）还完整吗？
+
+在练习 notebook 的最后一个单元格里运行：
+
+    from lib.selfcheck import check_this_notebook
+    check_this_notebook("release/exercises/01_attention_by_hand.ipynb")
+
+它把你保存的 notebook（本地：当前目录里的那个 .ipynb 文件，所以先按 Ctrl+S 保存；
+Colab：正在编辑的 notebook 本身）和课程发布的版本（release/）逐个评分单元格比较：
+有没有评分单元格丢了、被复制了一份、单元格类型被改了、或者 nbgrader 元数据被抹掉了。
+这些问题会让自动评分给出错误的分数，提交前修好最省事。
+
+也可以在命令行检查一个下载下来的文件：
+
+    python -m lib.selfcheck 下载/01_attention_by_hand.ipynb
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+_VERSION_DIRS = ("release", "solutions", "source")
+_FLAGS = ("grade", "solution", "locked", "points")
+
+
+# ---------------------------------------------------------------- 读取 notebook
+
+def _release_relpath(path_in_repo: str) -> str:
+    """'release/exercises/01.ipynb'、'solutions/exercises/01.ipynb' 或 'exercises/01.ipynb' → 'exercises/01.ipynb'。"""
+    parts = Path(str(path_in_repo).replace("\\", "/").lstrip("/")).parts
+    if parts and parts[0] in _VERSION_DIRS:
+        parts = parts[1:]
+    if len(parts) < 1 or not parts[-1].endswith(".ipynb"):
+        raise ValueError(f"path_in_repo 应该像 'release/exercises/01_attention_by_hand.ipynb'，得到的是 {path_in_repo!r}")
+    return Path(*parts).as_posix()
+
+
+def _load_json(text: str, where: str) -> dict:
+    try:
+        nb = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{where} 不是合法的 notebook（JSON 出错：{err}）") from None
+    if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list):
+        raise ValueError(f"{where} 不是 notebook（没有 cells 列表）")
+    return nb
+
+
+def load_reference(path_in_repo: str, root: Path | None = None,
+                   student_file: Path | None = None) -> tuple[dict, str]:
+    """课程发布的版本。优先取 git 里提交的那一份（你可能正直接在 release/ 里的文件上作答）；
+    没有 git 时取磁盘上的 release/ 文件——除非它就是你正在检查的文件，那就用 solutions/ 里的同名文件
+    （评分单元格的编号、类型和分值与发布版相同）。返回 (notebook, 说明来源的字符串)。"""
+    root = Path(root or REPO_ROOT)
+    rel = _release_relpath(path_in_repo)
+    try:
+        out = subprocess.run(["git", "-C", str(root), "show", f"HEAD:release/{rel}"],
+                             capture_output=True, text=True, timeout=30)
+        if out.returncode == 0:
+            return _load_json(out.stdout, f"git HEAD:release/{rel}"), f"git HEAD:release/{rel}"
+    except (OSError, subprocess.SubprocessError):
+        pass
+    mine = student_file.resolve() if student_file else None
+    for folder in ("release", "solutions"):
+        path = root / folder / rel
+        if path.is_file() and path.resolve() != mine:
+            return _load_json(path.read_text(encoding="utf-8"), str(path)), str(path)
+    if mine is not None and mine == (root / "release" / rel).resolve():
+        raise FileNotFoundError(f"你正直接在发布版文件 release/{rel} 上作答，而这里没有 git 记录的原版可以对照；"
+                                "请用 git clone 得到的课程目录，或在命令行用 python -m lib.selfcheck 检查")
+    raise FileNotFoundError(f"找不到发布版 release/{rel}（课程根目录 {root}）：path_in_repo 写对了吗？")
+
+
+def _colab_live_notebook(timeout_sec: int = 30) -> dict:
+    """Colab 正在编辑的 notebook（含未保存的改动）。"""
+    from google.colab import _message  # noqa: PLC0415  只在 Colab 上存在
+    reply = _message.blocking_request("get_ipynb", request="", timeout_sec=timeout_sec)
+    if not reply or "ipynb" not in reply:
+        raise RuntimeError("Colab 没有返回 notebook 内容")
+    return reply["ipynb"]
+
+
+def _local_candidates(path_in_repo: str) -> list[Path]:
+    """本地：JupyterLab 的内核在 notebook 所在目录运行，所以先找当前目录里的同名文件。"""
+    name = Path(path_in_repo).name
+    cwd = Path.cwd()
+    rel = _release_relpath(path_in_repo)
+    return [cwd / name, cwd / path_in_repo, cwd / "release" / rel]
+
+
+# ---------------------------------------------------------------- 比较
+
+def _source(cell: dict) -> str:
+    src = cell.get("source", "")
+    return "".join(src) if isinstance(src, list) else str(src)
+
+
+def _nbgrader(cell: dict) -> dict | None:
+    meta = cell.get("metadata") or {}
+    nbg = meta.get("nbgrader")
+    return nbg if isinstance(nbg, dict) and nbg.get("grade_id") else None
+
+
+def compare(student: dict, reference: dict) -> tuple[list[str], list[str]]:
+    """比较两个 notebook 的评分单元格。返回 (problems, notes)：problems 会影响评分，notes 只是提醒。"""
+    ref_cells = [(c, _nbgrader(c)) for c in reference["cells"]]
+    ref_cells = [(c, m) for c, m in ref_cells if m]
+    by_id: dict[str, list[dict]] = {}
+    for c in student.get("cells", []):
+        m = _nbgrader(c)
+        if m:
+            by_id.setdefault(m["grade_id"], []).append(c)
+    plain = [c for c in student.get("cells", []) if not _nbgrader(c)]
+    plain_ids = {c.get("id") for c in plain if c.get("id")}
+    plain_sources = {_source(c).strip() for c in plain}
+
+    problems, notes = [], []
+    if ref_cells and not by_id:
+        problems.append("整个 notebook 的 nbgrader 元数据都没了（常见原因：用别的编辑器打开后另存、"
+                        "复制粘贴到新 notebook）。自动评分认不出任何答案。")
+    else:
+        for cell, meta in ref_cells:
+            gid = meta["grade_id"]
+            found = by_id.get(gid, [])
+            what = _describe(cell, meta)
+            if not found:
+                if cell.get("id") in plain_ids or _source(cell).strip() in plain_sources:
+                    problems.append(f"{what}还在，但它的 nbgrader 元数据被抹掉了：评分时认不出这个单元格。")
+                else:
+                    problems.append(f"{what}不见了（被删除或被合并了？）。")
+                continue
+            if len(found) > 1:
+                problems.append(f"{what}出现了 {len(found)} 次（复制粘贴时多出来的？）。"
+                                "只保留写着你答案的那一个，删掉其余的。")
+            mine = found[0]
+            if mine.get("cell_type") != cell.get("cell_type"):
+                problems.append(f"{what}的类型从 {cell.get('cell_type')} 变成了 {mine.get('cell_type')}，"
+                                "请在工具栏里把类型改回来。")
+            changed = [k for k in _FLAGS if _nbgrader(mine).get(k) != meta.get(k)]
+            if changed:
+                problems.append(f"{what}的 nbgrader 元数据（{'、'.join(changed)}）被改动了。")
+            if meta.get("solution") and "NotImplementedError" in _source(mine) and mine.get("cell_type") == "code":
+                notes.append(f"{what}还没有作答（里面仍是 raise NotImplementedError()）。")
+        known = {m["grade_id"] for _, m in ref_cells}
+        extra = sorted(set(by_id) - known)
+        if extra:
+            problems.append(f"有发布版里没有的评分单元格：{'、'.join(extra)}（是从别的练习复制过来的吗？）。")
+    return problems, notes
+
+
+def _describe(cell: dict, meta: dict) -> str:
+    if meta.get("solution"):
+        kind = "答题单元格"
+    elif meta.get("grade") and cell.get("cell_type") == "code":
+        kind = "测试单元格"
+    else:
+        kind = "单元格"
+    return f"{kind} “{meta['grade_id']}”"
+
+
+# ---------------------------------------------------------------- 报告
+
+_HOW_TO_FIX = """怎么修：
+  • 删掉多出来的副本。误删的单元格可以撤销找回：JupyterLab 在命令模式下按 Z；
+    Colab 用 编辑 → 撤消删除单元格（Ctrl+M Z）。
+  • 找不回来时：重新下载一份发布版 notebook，把你的答案逐格复制进去（复制单元格的内容，
+    而不是整个单元格），再运行本自查。
+  • 单元格类型：选中它，在工具栏的下拉框里改回 Code 或 Markdown。"""
+
+
+def report(problems: list[str], notes: list[str], path_in_repo: str, checked: str) -> str:
+    lines = [f"自查 {path_in_repo}（检查的是：{checked}）"]
+    if problems:
+        lines.append(f"✗ 发现 {len(problems)} 个会影响评分的问题，提交前请修好：")
+        lines += [f"  {i}. {p}" for i, p in enumerate(problems, 1)]
+        lines.append(_HOW_TO_FIX)
+    else:
+        lines.append("✓ 评分单元格完整：没有丢失、没有重复，类型和 nbgrader 元数据都没变。")
+    if notes:
+        lines.append("提醒（不影响上面的结论）：")
+        lines += [f"  • {n}" for n in notes]
+    if not problems:
+        lines.append("提交：保存（Ctrl+S），下载 .ipynb 文件（Colab：文件 File → 下载 Download → 下载 .ipynb），"
+                     "不要改文件名，上传到课程平台。")
+    return "\n".join(lines)
+
+
+def check_notebook(student: dict, path_in_repo: str, checked: str = "给定的 notebook",
+                   root: Path | None = None, student_file: Path | None = None) -> bool:
+    """比较 student（notebook 的 dict）和发布版，打印报告；没有问题时返回 True。"""
+    reference, _ = load_reference(path_in_repo, root, student_file)
+    problems, notes = compare(student, reference)
+    print(report(problems, notes, path_in_repo, checked))
+    return not problems
+
+
+def check_this_notebook(path_in_repo: str) -> bool | None:
+    """在练习 notebook 里调用：检查这个 notebook 的评分单元格。返回 True（没问题）、False（有问题）、
+    None（拿不到 notebook 内容，已说明怎么办）。"""
+    if "google.colab" in sys.modules:
+        try:
+            student = _colab_live_notebook()
+        except Exception as err:  # noqa: BLE001  拿不到就说明替代办法，不让单元格报错
+            print(f"自查：这次没能从 Colab 读到 notebook 内容（{type(err).__name__}: {err}）。\n"
+                  "替代办法：文件 File → 下载 Download → 下载 .ipynb，然后在装好课程的电脑上运行\n"
+                  f"  python -m lib.selfcheck 下载的文件.ipynb --against {path_in_repo}")
+            return None
+        return check_notebook(student, path_in_repo, "Colab 里正在编辑的这个 notebook")
+    for path in _local_candidates(path_in_repo):
+        if path.is_file():
+            when = _dt.datetime.fromtimestamp(path.stat().st_mtime).strftime("%H:%M:%S")
+            try:
+                student = _load_json(path.read_text(encoding="utf-8"), str(path))
+            except ValueError as err:
+                print(f"自查：✗ {err}")
+                return False
+            try:
+                return check_notebook(student, path_in_repo, f"{path}，保存于 {when}；先按 Ctrl+S 保存再自查",
+                                      student_file=path)
+            except FileNotFoundError as err:
+                print(f"自查：无法核对：{err}")
+                return None
+    print(f"自查：在当前目录 {Path.cwd()} 里找不到 {Path(path_in_repo).name}。"
+          "请在 notebook 所在的目录里运行，或在命令行运行 python -m lib.selfcheck 文件.ipynb")
+    return None
+
+
+def _guess_release_path(student_file: Path, root: Path | None = None) -> str:
+    root = Path(root or REPO_ROOT)
+    matches = sorted((root / "release").glob(f"*/{student_file.name}"))
+    if len(matches) != 1:
+        raise SystemExit(f"认不出 {student_file.name} 属于哪个练习（release/ 里有 {len(matches)} 个同名文件）；"
+                         "请用 --against release/练习/文件.ipynb 指定")
+    return matches[0].relative_to(root).as_posix()
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m lib.selfcheck",
+                                     description="检查一个练习 notebook 的评分单元格是否完整")
+    parser.add_argument("notebook", type=Path, help="要检查的 .ipynb 文件")
+    parser.add_argument("--against", help="对应的发布版，例如 release/exercises/01_attention_by_hand.ipynb"
+                                          "（默认按文件名在 release/ 里找）")
+    args = parser.parse_args(argv)
+    if not args.notebook.is_file():
+        print(f"找不到文件 {args.notebook}")
+        return 2
+    try:
+        student = _load_json(args.notebook.read_text(encoding="utf-8"), str(args.notebook))
+    except ValueError as err:
+        print(f"✗ {err}")
+        return 1
+    path_in_repo = args.against or _guess_release_path(args.notebook)
+    try:
+        ok = check_notebook(student, path_in_repo, str(args.notebook), student_file=args.notebook)
+    except FileNotFoundError as err:
+        print(f"无法核对：{err}")
+        return 2
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,217 @@
+"""提交前自查（lib/selfcheck.py）：丢失、重复、改类型、抹掉元数据的评分单元格都要被报出来。"""
+from __future__ import annotations
+
+import copy
+import json
+import shutil
+import subprocess
+import sys
+import types
+
+import nbformat
+import pytest
+
+from lib import selfcheck
+from lib.selfcheck import check_notebook, check_this_notebook, compare
+
+REL = "release/exercises/01_demo.ipynb"
+REAL_RELEASE = sorted((selfcheck.REPO_ROOT / "release").glob("*/*.ipynb"))
+
+
+def _cell(kind, src, gid=None, **flags):
+    cell = nbformat.v4.new_code_cell(src) if kind == "code" else nbformat.v4.new_markdown_cell(src)
+    if gid:
+        cell.metadata["nbgrader"] = {"grade_id": gid, "grade": flags.get("grade", False),
+                                     "solution": flags.get("solution", False),
+                                     "locked": flags.get("locked", False), "schema_version": 3,
+                                     **({"points": flags["points"]} if "points" in flags else {})}
+    return cell
+
+
+def _release_nb():
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        _cell("markdown", "# 练习 1"),
+        _cell("code", "# 引导单元格"),
+        _cell("code", "def f():\n    # 在这里写你的代码\n    raise NotImplementedError()", "ex1_f", solution=True),
+        _cell("code", "assert f() == 1", "ex1_test", grade=True, locked=True, points=2),
+        _cell("markdown", "在这里写下你的答案。", "ex3_proof", solution=True, grade=True, points=3),
+    ]
+    return json.loads(nbformat.writes(nb))
+
+
+@pytest.fixture
+def course(tmp_path):
+    path = tmp_path / "course" / REL
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(_release_nb()), encoding="utf-8")
+    return tmp_path / "course"
+
+
+def _answered():
+    nb = _release_nb()
+    nb["cells"][2]["source"] = "def f():\n    return 1"
+    nb["cells"][4]["source"] = "交换两行等于交换输出的两行。"
+    return nb
+
+
+def test_intact_notebook_passes(course, capsys):
+    assert check_notebook(_answered(), REL, root=course) is True
+    out = capsys.readouterr().out
+    assert "✓ 评分单元格完整" in out and "下载" in out and "✗" not in out
+
+
+def test_unanswered_cells_are_only_a_note():
+    problems, notes = compare(_release_nb(), _release_nb())
+    assert problems == [] and len(notes) == 1 and "ex1_f" in notes[0]
+
+
+@pytest.mark.parametrize("damage, expected", [
+    ("delete", "“ex1_test”不见了"),
+    ("duplicate", "“ex1_f”出现了 2 次"),
+    ("retype", "从 markdown 变成了 code"),
+    ("strip_one", "“ex1_test”还在，但它的 nbgrader 元数据被抹掉了"),
+    ("strip_all", "整个 notebook 的 nbgrader 元数据都没了"),
+    ("change_points", "（points）被改动了"),
+    ("foreign", "发布版里没有的评分单元格：ex9_other"),
+])
+def test_damage_is_reported(course, capsys, damage, expected):
+    nb = _answered()
+    cells = nb["cells"]
+    if damage == "delete":
+        del cells[3]
+    elif damage == "duplicate":
+        cells.insert(3, copy.deepcopy(cells[2]))
+    elif damage == "retype":
+        cells[4]["cell_type"] = "code"
+        cells[4]["outputs"], cells[4]["execution_count"] = [], None
+    elif damage == "strip_one":
+        del cells[3]["metadata"]["nbgrader"]
+    elif damage == "strip_all":
+        for c in cells:
+            c["metadata"].pop("nbgrader", None)
+    elif damage == "change_points":
+        cells[3]["metadata"]["nbgrader"]["points"] = 20
+    elif damage == "foreign":
+        cells.append(json.loads(json.dumps(_cell("code", "x", "ex9_other", solution=True))))
+    assert check_notebook(nb, REL, root=course) is False
+    out = capsys.readouterr().out
+    assert "✗ 发现" in out and expected in out and "怎么修" in out
+
+
+def test_local_reads_the_saved_file_in_the_cwd(course, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(selfcheck, "REPO_ROOT", course)
+    monkeypatch.delitem(sys.modules, "google.colab", raising=False)
+    student_dir = tmp_path / "work"
+    student_dir.mkdir()
+    nb = _answered()
+    nb["cells"].insert(3, copy.deepcopy(nb["cells"][2]))
+    (student_dir / "01_demo.ipynb").write_text(json.dumps(nb), encoding="utf-8")
+    monkeypatch.chdir(student_dir)
+    assert check_this_notebook(REL) is False
+    out = capsys.readouterr().out
+    assert str(student_dir / "01_demo.ipynb") in out and "出现了 2 次" in out
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="没有 git")
+def test_answering_in_place_is_compared_with_the_committed_release(course, monkeypatch, capsys):
+    """学生直接在 release/ 里的文件上作答：参照是 git 里提交的版本，而不是被改过的文件本身。"""
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com"]
+    subprocess.run([*git, "init", "-q", str(course)], check=True)
+    subprocess.run([*git, "add", "-A"], cwd=course, check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "release"], cwd=course, check=True)
+    nb = _answered()
+    del nb["cells"][3]
+    (course / REL).write_text(json.dumps(nb), encoding="utf-8")
+    monkeypatch.setattr(selfcheck, "REPO_ROOT", course)
+    monkeypatch.delitem(sys.modules, "google.colab", raising=False)
+    monkeypatch.chdir((course / REL).parent)
+    assert check_this_notebook(REL) is False
+    assert "“ex1_test”不见了" in capsys.readouterr().out
+
+
+def test_answering_in_place_without_git_uses_the_solution_version(course, monkeypatch, capsys):
+    """没有 git（下载的压缩包）时，被改过的 release 文件不能拿来和它自己比：改用 solutions/ 的同名文件。"""
+    monkeypatch.setattr(selfcheck, "REPO_ROOT", course)
+    monkeypatch.delitem(sys.modules, "google.colab", raising=False)
+    monkeypatch.chdir((course / REL).parent)
+    nb = _answered()
+    nb["cells"].insert(3, copy.deepcopy(nb["cells"][2]))
+    (course / REL).write_text(json.dumps(nb), encoding="utf-8")
+    assert check_this_notebook(REL) is None  # 没有可以对照的原版：说明原因，不假装通过
+    assert "没有 git 记录的原版" in capsys.readouterr().out
+    solution = course / "solutions" / "exercises" / "01_demo.ipynb"
+    solution.parent.mkdir(parents=True)
+    solution.write_text(json.dumps(_answered()), encoding="utf-8")
+    assert check_this_notebook(REL) is False
+    assert "出现了 2 次" in capsys.readouterr().out
+
+
+def _fake_colab(monkeypatch, reply):
+    google, colab, message = (types.ModuleType(n) for n in ("google", "google.colab", "google.colab._message"))
+
+    def blocking_request(kind, request="", timeout_sec=5):
+        assert kind == "get_ipynb"
+        if isinstance(reply, Exception):
+            raise reply
+        return reply
+
+    message.blocking_request = blocking_request
+    colab._message = message
+    google.colab = colab
+    for name, mod in (("google", google), ("google.colab", colab), ("google.colab._message", message)):
+        monkeypatch.setitem(sys.modules, name, mod)
+
+
+def test_colab_checks_the_live_notebook(course, monkeypatch, capsys, tmp_path):
+    monkeypatch.setattr(selfcheck, "REPO_ROOT", course)
+    monkeypatch.chdir(tmp_path)  # Colab 的当前目录里没有这个文件：必须用正在编辑的 notebook
+    nb = _answered()
+    nb["cells"][4]["cell_type"] = "raw"
+    nb["metadata"]["colab"] = {"provenance": []}
+    _fake_colab(monkeypatch, {"ipynb": nb})
+    assert check_this_notebook(REL) is False
+    out = capsys.readouterr().out
+    assert "Colab 里正在编辑的这个 notebook" in out and "变成了 raw" in out
+
+
+def test_colab_without_the_live_notebook_explains_what_to_do(course, monkeypatch, capsys):
+    monkeypatch.setattr(selfcheck, "REPO_ROOT", course)
+    _fake_colab(monkeypatch, TimeoutError("no reply"))
+    assert check_this_notebook(REL) is None
+    out = capsys.readouterr().out
+    assert "下载 .ipynb" in out and "python -m lib.selfcheck" in out
+
+
+def test_cli_on_a_downloaded_file(course, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(selfcheck, "REPO_ROOT", course)
+    good = tmp_path / "01_demo.ipynb"
+    good.write_text(json.dumps(_answered()), encoding="utf-8")
+    assert selfcheck.main([str(good)]) == 0  # 按文件名在 release/ 里找到对应的练习
+    broken = tmp_path / "broken.ipynb"
+    broken.write_text("{not json", encoding="utf-8")
+    assert selfcheck.main([str(broken), "--against", REL]) == 1
+    assert "不是合法的 notebook" in capsys.readouterr().out
+
+
+def test_bad_path_in_repo_is_explained():
+    with pytest.raises(ValueError, match="path_in_repo"):
+        selfcheck.load_reference("release/exercises/")
+
+
+@pytest.mark.parametrize("path", REAL_RELEASE, ids=lambda p: p.relative_to(selfcheck.REPO_ROOT).as_posix())
+def test_real_release_notebooks(path):
+    """课程真正发布的练习：原样通过；复制出一个答题单元格、或抹掉一个评分单元格的元数据，就被发现。"""
+    release = json.loads(path.read_text(encoding="utf-8"))
+    assert compare(copy.deepcopy(release), release)[0] == []
+    solution_version = path.parents[2] / "solutions" / path.relative_to(path.parents[2] / "release")
+    if solution_version.exists():  # 答案版的评分单元格与发布版一一对应
+        assert compare(json.loads(solution_version.read_text(encoding="utf-8")), release)[0] == []
+    nb = copy.deepcopy(release)
+    solution = next(i for i, c in enumerate(nb["cells"]) if (c["metadata"].get("nbgrader") or {}).get("solution"))
+    nb["cells"].insert(solution, copy.deepcopy(nb["cells"][solution]))
+    assert any("出现了 2 次" in p for p in compare(nb, release)[0])
+    nb = copy.deepcopy(release)
+    graded = next(c for c in nb["cells"] if (c["metadata"].get("nbgrader") or {}).get("grade_id"))
+    del graded["metadata"]["nbgrader"]
+    assert any("元数据被抹掉了" in p for p in compare(nb, release)[0])
