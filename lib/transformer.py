@@ -481,9 +481,15 @@ def block_param_formula(d: int) -> int:
     return 12 * d * d + 13 * d
 
 
-def lm_param_formula(vocab_size, d_model, n_layers, max_len=0, pos="learned", tied=True) -> int:
-    """整个解码器：词嵌入 Vd + 位置表 L_max·d（只有 learned 有）+ N 块 + 最后的 LN 2d（+ 不共享时输出层 Vd）。"""
-    total = vocab_size * d_model + n_layers * block_param_formula(d_model) + 2 * d_model
+def lm_param_formula(vocab_size, d_model, n_layers, max_len=0, pos="learned", tied=True,
+                     norm_position="pre") -> int:
+    """整个解码器：词嵌入 Vd + 位置表 L_max·d（只有 learned 有）+ N 块 + 最后的 LN 2d（+ 不共享时输出层 Vd）。
+
+    最后的 LN 只有 Pre-LN 才有（Post-LN 的每个子层之后已经归一化过了）。
+    """
+    total = vocab_size * d_model + n_layers * block_param_formula(d_model)
+    if norm_position == "pre":
+        total += 2 * d_model
     if pos == "learned":
         total += max_len * d_model
     if not tied:

@@ -214,6 +214,8 @@ def test_mini_gpt_and_gpt2_small_parameter_counts():
                                tie_weights=False)
     assert count_parameters(gpt2) == lm_param_formula(50257, 768, 12, 1024) == 124_439_808
     assert count_parameters(untied) - count_parameters(gpt2) == 50257 * 768
+    post = TransformerLM(norm_position="post")  # no final LayerNorm
+    assert count_parameters(post) == lm_param_formula(79, 64, 2, 64, norm_position="post") == 109_248 - 128
 
 
 def test_llama_like_shape_counts_on_meta_device():
