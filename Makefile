@@ -6,6 +6,8 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 export PYTHONPATH := $(CURDIR)
+# nbgrader 要在 PATH 上找到 venv 里的 alembic 等命令
+export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 # 小模型在 CPU 上单线程更快，也避免两个测试进程抢同一个核
 export OMP_NUM_THREADS ?= 1
 export MPLBACKEND ?= Agg

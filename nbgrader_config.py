@@ -1,4 +1,11 @@
-"""nbgrader 课程配置：仓库根目录就是课程目录（course root）。"""
+"""nbgrader 课程配置：仓库根目录就是课程目录（course root）。
+
+作业 `exercises`：source/exercises/ 是教师版（参考答案 + 隐藏测试），由
+`python -m lib.tools.regenerate`（make release）生成 release/exercises/（学生版）和
+solutions/exercises/（参考答案 + 人工评分标准，不含隐藏测试）。
+"""
+from nbgrader.preprocessors import ClearHiddenTests, ClearMarkScheme, ClearOutput, IncludeHeaderFooter, LockCells
+
 c = get_config()  # noqa: F821
 
 c.CourseDirectory.root = "."
@@ -16,3 +23,7 @@ c.ExecutePreprocessor.timeout = 120
 c.OverwriteCells.add_missing_cells = True
 c.ClearSolutions.code_stub = {"python": "# 在这里写你的代码\nraise NotImplementedError()"}
 c.ClearSolutions.text_stub = "在这里写下你的答案。"
+# solutions/：保留参考答案和人工评分标准，去掉隐藏测试（和反馈一样，学生只看到可见的测试），不执行。
+# 不执行是因为默认的 Execute 会在生成时跑一遍练习 10 的训练，而且存下的输出随机器不同，
+# solutions/ 就不能和 source/ 逐字节对应了。参考答案能否跑通由 tests/test_exercises.py 执行 source/ 来保证。
+c.GenerateSolution.preprocessors = [IncludeHeaderFooter, LockCells, ClearOutput, ClearHiddenTests, ClearMarkScheme]

@@ -1,0 +1,672 @@
+"""练习（nbgrader 作业 `exercises`）的测试：检查本身、source/ → release/ + solutions/、完整的评分往返。
+
+- 快的（不启动内核）：每个 Check 的单元测试（参考答案 1.0，典型错误 0.0，坏数据 0.0 且不抛异常）；
+  分值和 notebook 一致；release/ 里没有参考答案和隐藏测试。
+- 慢的（@pytest.mark.slow，会启动 nbgrader 和内核）：在临时课程目录里
+  重新生成并和仓库里的 release/、solutions/ 比较；source/ 通过 `nbgrader validate`（并且每个单元格都不报错）、
+  release/ 不通过；四份提交走一遍 autograde → generate_feedback → export，grades.csv 的分数符合预期。
+所有学生数据（gradebook.db、submitted/ ……）都只写在临时目录里。
+"""
+from __future__ import annotations
+
+import copy
+import csv
+import json
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import nbformat
+import numpy as np
+import pytest
+
+from lib.grading import exercise_checks as ec
+from lib.grading import probes
+
+ROOT = Path(__file__).resolve().parents[1]
+ASSIGNMENT = "exercises"
+NOTEBOOKS = ["01_attention_by_hand", "02_scaling_and_equivariance", "03_positions_and_rope",
+             "04_blocks_and_cost", "05_masks_and_kv_cache", "06_hands_on"]
+SEEDS = (0, 1, 7, 2**31 - 1)
+TOTAL_POINTS = 100
+AUTOGRADED_POINTS = sum(c.points for c in ec.CHECKS.values())
+
+
+def read_nb(path) -> nbformat.NotebookNode:
+    return nbformat.read(str(path), as_version=4)
+
+
+def nbg(cell) -> dict:
+    return cell.get("metadata", {}).get("nbgrader", {})
+
+
+# ----------------------------------------------------------------------------
+# 参考答案的命名空间：在本进程里执行 source/ notebook 的代码单元格
+# ----------------------------------------------------------------------------
+
+
+def _exec_notebook(name: str) -> dict:
+    nb = read_nb(ROOT / "source" / ASSIGNMENT / f"{name}.ipynb")
+    ns: dict = {"__name__": "__main__"}
+    code_cells = [c for c in nb.cells if c.cell_type == "code"]
+    for cell in code_cells[1:]:  # 第一个是引导单元格（本进程已能导入 lib）
+        if "check_this_notebook" in cell.source or "ffn_grad_norms_at_init" in cell.source:
+            continue
+        exec(compile(cell.source, f"{name}:{cell.get('id')}", "exec"), ns)  # noqa: S102
+    return ns
+
+
+@pytest.fixture(scope="module")
+def reference():
+    """{notebook: 执行完参考答案之后的命名空间}（不含练习 10：它没有自动评分的单元格）。"""
+    return {name: _exec_notebook(name) for name in NOTEBOOKS[:5]}
+
+
+def _with(ns: dict, source: str) -> dict:
+    """在参考命名空间的副本里执行一段“学生的错误答案”。"""
+    new = dict(ns)
+    exec(source, new)  # noqa: S102
+    return new
+
+
+# ----------------------------------------------------------------------------
+# 分值、单元格、隐藏测试的一致性
+# ----------------------------------------------------------------------------
+
+
+def test_points_and_grade_ids_match_the_notebooks():
+    seen, total = {}, 0
+    for name in NOTEBOOKS:
+        nb = read_nb(ROOT / "source" / ASSIGNMENT / f"{name}.ipynb")
+        ids = [nbg(c)["grade_id"] for c in nb.cells if nbg(c)]
+        assert len(ids) == len(set(ids)), f"{name}：grade_id 重复"
+        for cell in nb.cells:
+            meta = nbg(cell)
+            if not meta.get("grade"):
+                continue
+            total += meta["points"]
+            if cell.cell_type == "code":  # 自动评分的测试单元格：恰好一个 Check，分值相同，隐藏测试调用它
+                check = ec.CHECKS[meta["grade_id"]]
+                assert check.notebook == name and check.points == meta["points"], meta["grade_id"]
+                hidden = cell.source.split("### BEGIN HIDDEN TESTS", 1)[1]
+                assert f'run_check("{meta["grade_id"]}", globals())' in hidden
+                visible = cell.source.split("### BEGIN HIDDEN TESTS", 1)[0]
+                assert "lib.grading" not in visible, "可见的测试不能调用 lib.grading"
+                seen[meta["grade_id"]] = name
+            else:  # 人工评分：评分标准只在参考答案区域里
+                assert meta["solution"] and "评分标准" in cell.source.split("### BEGIN SOLUTION", 1)[1]
+    assert set(seen) == set(ec.CHECKS) == set(probes.PROBES)
+    assert total == TOTAL_POINTS
+    assert AUTOGRADED_POINTS == 68
+
+
+def test_every_notebook_has_badge_bootstrap_howto_and_selfcheck():
+    from lib.tools.bootstrap import BOOTSTRAP_SOURCE
+
+    for top in ("release", "solutions"):
+        for name in NOTEBOOKS:
+            nb = read_nb(ROOT / top / ASSIGNMENT / f"{name}.ipynb")
+            first_md = next(c for c in nb.cells if c.cell_type == "markdown")
+            assert f"/blob/main/{top}/{ASSIGNMENT}/{name}.ipynb" in first_md.source, f"{top}/{name}：徽章路径不对"
+            first_code = next(c for c in nb.cells if c.cell_type == "code")
+            assert first_code.source.rstrip() == BOOTSTRAP_SOURCE.rstrip()
+            assert any("下载" in c.source and "Validate" in c.source for c in nb.cells if c.cell_type == "markdown")
+            last = nb.cells[-1]
+            assert last.cell_type == "code" and not nbg(last)
+            assert f'check_this_notebook("exercises/{name}.ipynb")' in last.source
+
+
+# ----------------------------------------------------------------------------
+# 每个 Check：参考答案满分
+# ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("grade_id", sorted(ec.CHECKS))
+def test_reference_answer_gets_full_marks(reference, grade_id):
+    ns = reference[ec.CHECKS[grade_id].notebook]
+    for seed in SEEDS:
+        fraction, message = ec.grade(grade_id, ns, seed)
+        assert fraction == 1.0, f"seed={seed}: {message}"
+    ec.run_check(grade_id, ns)  # 隐藏测试的入口：不抛出
+
+
+# ----------------------------------------------------------------------------
+# 典型的错误答案：0 分，并有说明
+# ----------------------------------------------------------------------------
+
+WRONG = {
+    "ex1_scores": {
+        "没有除以 √d_k": "scores_1 = np.array([[1.0, 1.0], [1.0, -1.0]])",
+        "形状不对": "scores_1 = np.array([0.707, 0.707, 0.707, -0.707])",
+    },
+    "ex1_weights": {
+        "用了未缩放的打分": "weights_1 = np.array([[0.5, 0.5], [0.881, 0.119]])",
+        "按列做 softmax": "weights_1 = np.array([[0.5, 0.804], [0.5, 0.196]])",
+    },
+    "ex1_outputs": {"转置了": "outputs_1 = np.array([[0.5, 0.804], [0.5, 0.196]])"},
+    "ex1_self_attention": {
+        "乘以 √d_k": """
+def self_attention(Q, K, V, mask=None):
+    s = Q @ np.swapaxes(K, -1, -2) * np.sqrt(Q.shape[-1])
+    if mask is not None:
+        s = np.where(mask, s, -np.inf)
+    w = np.exp(s - s.max(-1, keepdims=True)); w = w / w.sum(-1, keepdims=True)
+    return w @ V, w
+""",
+        "不缩放": """
+def self_attention(Q, K, V, mask=None):
+    s = Q @ np.swapaxes(K, -1, -2)
+    if mask is not None:
+        s = np.where(mask, s, -np.inf)
+    w = np.exp(s - s.max(-1, keepdims=True)); w = w / w.sum(-1, keepdims=True)
+    return w @ V, w
+""",
+        "忽略掩码": """
+def self_attention(Q, K, V, mask=None):
+    s = Q @ np.swapaxes(K, -1, -2) / np.sqrt(Q.shape[-1])
+    w = np.exp(s - s.max(-1, keepdims=True)); w = w / w.sum(-1, keepdims=True)
+    return w @ V, w
+""",
+        "按列做 softmax": """
+def self_attention(Q, K, V, mask=None):
+    s = Q @ np.swapaxes(K, -1, -2) / np.sqrt(Q.shape[-1])
+    if mask is not None:
+        s = np.where(mask, s, -1e30)
+    w = np.exp(s - s.max(-2, keepdims=True)); w = w / w.sum(-2, keepdims=True)
+    return w @ V, w
+""",
+        "用 K.T（批维度时错）": """
+def self_attention(Q, K, V, mask=None):
+    s = Q @ K.T / np.sqrt(Q.shape[-1])
+    if mask is not None:
+        s = np.where(mask, s, -np.inf)
+    w = np.exp(s - s.max(-1, keepdims=True)); w = w / w.sum(-1, keepdims=True)
+    return w @ V, w
+""",
+        "只返回输出": """
+_ref = self_attention
+def self_attention(Q, K, V, mask=None):
+    return _ref(Q, K, V, mask)[0]
+""",
+    },
+    "ex4_copy_query": {"长度不够（c = 1）": "def copy_query(K, a):\n    return K[a]",
+                       "方向不对": "def copy_query(K, a):\n    return 20.0 * K[0] if a else 20.0 * K[1]"},
+    "ex4_average_query": {"只复制了一个": "def average_query(K, a, b):\n    return 20.0 * K[a]",
+                          "长度不够": "def average_query(K, a, b):\n    return K[a] + K[b]"},
+    "ex2_variance": {"σ² 而不是 σ⁴": "def score_variance(d_k, sigma):\n    return d_k * sigma**2"},
+    "ex2_divisor": {"忘了 σ": "def score_divisor(d_k, sigma):\n    return math.sqrt(d_k)",
+                    "σ 而不是 σ²": "def score_divisor(d_k, sigma):\n    return sigma * math.sqrt(d_k)"},
+    "ex2_monte_carlo": {
+        "直接返回公式": "def monte_carlo_variance(d_k, sigma, n_trials=20000, seed=0):\n    return d_k * sigma**4",
+        "把 σ 当成方差": """
+def monte_carlo_variance(d_k, sigma, n_trials=20000, seed=0):
+    rng = np.random.default_rng(seed)
+    q, k = rng.normal(0, sigma**2, (n_trials, d_k)), rng.normal(0, sigma**2, (n_trials, d_k))
+    return float(np.var((q * k).sum(1)))
+""",
+    },
+    "ex3_equivariance": {
+        "输出用了逆置换": """
+def equivariance_gap(X, W_q, W_k, W_v, perm, causal=False):
+    return float(np.max(np.abs(sa_numpy(X[perm], W_q, W_k, W_v, causal) - sa_numpy(X, W_q, W_k, W_v, causal)[np.argsort(perm)])))
+""",
+        "总是返回 0": "def equivariance_gap(X, W_q, W_k, W_v, perm, causal=False):\n    return 0.0",
+    },
+    "ex5_numbers": {"顺时针转": "q_tilde_a = np.array([0.5, -0.866])",
+                    "(c) 答成负数": "dot_c = -0.866"},
+    "ex5_rotate_2d": {"转反了": """
+def rotate_2d(x, angle):
+    c, s = math.cos(angle), math.sin(angle)
+    return np.array([[c, s], [-s, c]]) @ x
+"""},
+    "ex5_rope": {
+        "相邻两维配对（原论文的排列）": """
+def rope(x, positions, base=10000.0):
+    x = np.asarray(x, float); d = x.shape[-1]
+    theta = base ** (-np.arange(0, d, 2) / d)
+    ang = np.asarray(positions, float)[:, None] * theta
+    c, s = np.cos(ang), np.sin(ang)
+    out = x.copy()
+    out[:, 0::2] = x[:, 0::2] * c - x[:, 1::2] * s
+    out[:, 1::2] = x[:, 0::2] * s + x[:, 1::2] * c
+    return out
+""",
+        "不旋转": "def rope(x, positions, base=10000.0):\n    return np.asarray(x, float)",
+        "忽略 base": "_r = rope\ndef rope(x, positions, base=10000.0):\n    return _r(x, positions)",
+    },
+    "ex6_param_count": {
+        "忘了最后的层归一化": "_c = count_params\ndef count_params(V, d, n_layers, max_len, tied, positions):\n"
+                      "    return _c(V, d, n_layers, max_len, tied, positions) - 2 * d",
+        "RoPE 也算了位置表": "_c = count_params\ndef count_params(V, d, n_layers, max_len, tied, positions):\n"
+                        "    return _c(V, d, n_layers, max_len, tied, 'learned')",
+        "忽略 tied": "_c = count_params\ndef count_params(V, d, n_layers, max_len, tied, positions):\n"
+                   "    return _c(V, d, n_layers, max_len, True, positions)",
+    },
+    "ex7_crossover": {"答成 d": "def crossover_length(d):\n    return d"},
+    "ex7_share": {"比值不是占比": "def attention_share(n, d):\n    return n / (6 * d)"},
+    "ex8_pad_mask": {
+        "挡住行": "def key_padding_mask(pad_mask):\n    return pad_mask[:, None, :, None]",
+        "二维掩码": "def key_padding_mask(pad_mask):\n    return pad_mask",
+        "不是布尔": "def key_padding_mask(pad_mask):\n    return pad_mask[:, None, None, :].float()",
+        "全都能看": "def key_padding_mask(pad_mask):\n    return torch.ones_like(pad_mask)[:, None, None, :]",
+    },
+    "ex11_counts": {"忘了新词的位置": "def positions_without_cache(n, m):\n    return m * n",
+                    "有缓存时只数新词": "def positions_with_cache(n, m):\n    return m"},
+    "ex11_cached_generation": {
+        "没用缓存（每步重算整个序列）": """
+def generate_cached(model, prompt, max_new_tokens):
+    idx = prompt
+    for _ in range(max_new_tokens):
+        nxt = model(idx).logits[:, -1, :].argmax(-1, keepdim=True)
+        idx = torch.cat([idx, nxt], 1)
+    return idx
+""",
+        "用了缓存却每步送入整个序列": """
+def generate_cached(model, prompt, max_new_tokens):
+    cache = model.new_kv_cache(); idx = prompt
+    for _ in range(max_new_tokens):
+        nxt = model(idx, kv_cache=cache).logits[:, -1, :].argmax(-1, keepdim=True)
+        idx = torch.cat([idx, nxt], 1)
+    return idx
+""",
+        "只返回新词": "_g = generate_cached\ndef generate_cached(model, prompt, max_new_tokens):\n"
+                   "    return _g(model, prompt, max_new_tokens)[:, prompt.shape[1]:]",
+    },
+}
+
+
+def test_every_check_has_typical_wrong_answers():
+    assert set(WRONG) == set(ec.CHECKS)
+
+
+@pytest.mark.parametrize("grade_id,label", [(g, lab) for g, cases in sorted(WRONG.items()) for lab in cases])
+def test_typical_wrong_answer_gets_zero(reference, grade_id, label):
+    ns = _with(reference[ec.CHECKS[grade_id].notebook], WRONG[grade_id][label])
+    for seed in SEEDS[:2]:
+        fraction, message = ec.grade(grade_id, ns, seed)
+        assert fraction == 0.0, f"{label}（seed={seed}）应得 0 分"
+        assert isinstance(message, str) and len(message) > 5
+    with pytest.raises(AssertionError, match=grade_id):
+        ec.run_check(grade_id, ns)
+
+
+def test_wrong_answers_get_helpful_hints(reference):
+    ns = _with(reference["01_attention_by_hand"], WRONG["ex1_self_attention"]["乘以 √d_k"])
+    assert "√d_k" in ec.grade("ex1_self_attention", ns, 0)[1]
+    ns = _with(reference["05_masks_and_kv_cache"], WRONG["ex8_pad_mask"]["挡住行"])
+    assert "列" in ec.grade("ex8_pad_mask", ns, 0)[1]
+    ns = _with(reference["04_blocks_and_cost"], WRONG["ex6_param_count"]["忘了最后的层归一化"])
+    assert "2d" in ec.grade("ex6_param_count", ns, 0)[1]
+
+
+# ----------------------------------------------------------------------------
+# 坏数据、坏命名空间：0 分，不抛异常
+# ----------------------------------------------------------------------------
+
+
+def _mutations(data):
+    """从一份正确的探针数据派生出各种坏数据。"""
+    def leaves(obj, fn):
+        if isinstance(obj, dict):
+            return {k: leaves(v, fn) for k, v in obj.items()}
+        if isinstance(obj, list):
+            return [leaves(v, fn) for v in obj]
+        return fn(obj)
+
+    def truncate(obj):
+        if isinstance(obj, dict):
+            return {k: truncate(v) for k, v in obj.items()}
+        if isinstance(obj, list):
+            return [truncate(v) for v in obj[:-1]] if len(obj) > 1 else []
+        return obj
+
+    yield "空 dict", {}
+    yield "None", None
+    yield "字符串", "hello"
+    yield "探针记录的错误", {"error": "NameError: name 'x' is not defined"}
+    yield "NaN", leaves(data, lambda v: float("nan") if isinstance(v, (int, float)) and not isinstance(v, bool) else v)
+    yield "无穷大", leaves(data, lambda v: float("inf") if isinstance(v, (int, float)) and not isinstance(v, bool) else v)
+    yield "数字换成字符串", leaves(data, lambda v: "7" if isinstance(v, (int, float)) and not isinstance(v, bool) else v)
+    yield "列表截短", truncate(data)
+    yield "每个键都换成 None", {k: None for k in data} if isinstance(data, dict) else None
+    if isinstance(data, dict) and isinstance(data.get("cases"), list):
+        yield "每组都出错", {"cases": [{"error": "ValueError: boom"} for _ in data["cases"]]}
+        yield "每组都缺结果", {"cases": [{} for _ in data["cases"]]}
+        yield "多一组", {"cases": data["cases"] + data["cases"][:1]}
+
+
+@pytest.mark.parametrize("grade_id", sorted(ec.CHECKS))
+def test_malformed_data_scores_zero_without_raising(reference, grade_id):
+    check = ec.CHECKS[grade_id]
+    good = json.loads(json.dumps(probes.PROBES[grade_id](reference[check.notebook], 3)))
+    assert check.verify(good, 3)[0] == 1.0
+    for label, bad in _mutations(good):
+        fraction, message = check.verify(copy.deepcopy(bad), 3)
+        assert fraction == 0.0, f"{label}：坏数据不应得分"
+        assert isinstance(message, str) and message, label
+
+
+@pytest.mark.parametrize("grade_id", sorted(ec.CHECKS))
+def test_missing_or_crashing_answers_score_zero(grade_id):
+    assert ec.grade(grade_id, {}, 0)[0] == 0.0  # 什么都没定义（NameError 被记录下来）
+
+    def boom(*args, **kwargs):
+        raise NotImplementedError()
+
+    crashing = {name: boom for name in ["self_attention", "copy_query", "average_query", "score_variance",
+                                        "score_divisor", "monte_carlo_variance", "equivariance_gap",
+                                        "rotate_2d", "rope", "count_params", "crossover_length",
+                                        "attention_share", "key_padding_mask", "positions_without_cache",
+                                        "positions_with_cache", "generate_cached"]}
+    crashing.update({name: None for name in ["scores_1", "weights_1", "outputs_1", *probes.EX5_NAMES]})
+    fraction, message = ec.grade(grade_id, crashing, 0)
+    assert fraction == 0.0 and message
+
+
+def test_probe_output_is_plain_json_and_silences_student_noise(reference, capfd):
+    ns = _with(reference["01_attention_by_hand"], """
+import logging, sys, warnings
+logging.basicConfig()
+_quiet_ref = self_attention
+def self_attention(Q, K, V, mask=None):
+    print("调试：我被调用了")
+    print("写到 stderr", file=sys.stderr)
+    warnings.warn("学生代码的警告")
+    logging.getLogger("student").error("学生代码的日志")
+    return _quiet_ref(Q, K, V, mask)
+""")
+    capfd.readouterr()
+    data = probes.PROBES["ex1_self_attention"](ns, 0)
+    out, err = capfd.readouterr()
+    assert out == "" and err == "", "探针必须吞掉学生代码的输出"
+    assert json.loads(json.dumps(data)) == data
+    assert ec.CHECKS["ex1_self_attention"].verify(data, 0)[0] == 1.0
+
+
+def test_probes_work_when_shipped_as_source_text(reference):
+    """评分流水线把 probes.py 的源码送进学生的内核执行：这样得到的 PROBES 和导入的模块结果相同。"""
+    shipped: dict = {"__name__": "shipped_probes"}
+    exec(compile((ROOT / "lib" / "grading" / "probes.py").read_text(encoding="utf-8"), "probes.py", "exec"), shipped)
+    for grade_id, check in ec.CHECKS.items():
+        data = json.loads(json.dumps(shipped["PROBES"][grade_id](reference[check.notebook], 5)))
+        assert data == json.loads(json.dumps(probes.PROBES[grade_id](reference[check.notebook], 5))), grade_id
+        assert check.verify(data, 5)[0] == 1.0, grade_id
+
+
+def test_tiny_lm_matches_lib_generate_interface():
+    """TinyLM 和 lib.transformer.generate 配合：用缓存和不用缓存生成相同的词元，缓存时处理 n + m - 1 个位置。"""
+    import torch
+
+    from lib.transformer import generate
+
+    model = probes.TinyLM(5)
+    prompt = torch.tensor([[1, 2, 3], [4, 5, 6]])
+    uncached = generate(model, prompt, 6, use_cache=False, greedy=True)
+    model.calls.clear()
+    cached = generate(model, prompt, 6, use_cache=True, greedy=True)
+    assert torch.equal(cached, uncached)
+    assert sum(c["positions"] for c in model.calls) == 3 + 6 - 1
+    assert cached.tolist() == ec.greedy_reference(probes.TinyLM(5), prompt, 6)
+
+
+def test_numpy_references_agree_with_lib():
+    import torch
+
+    from lib.transformer import apply_rope, scaled_dot_product_attention
+
+    rng = np.random.default_rng(0)
+    q, k, v = rng.normal(size=(2, 3, 5, 4)), rng.normal(size=(2, 3, 5, 4)), rng.normal(size=(2, 3, 5, 6))
+    mask = np.tril(np.ones((5, 5), dtype=bool))
+    out, w = ec.attention(q, k, v, mask)
+    out_t, w_t = scaled_dot_product_attention(*(torch.tensor(a) for a in (q, k, v)), torch.tensor(mask))
+    assert np.allclose(out, out_t.numpy()) and np.allclose(w, w_t.numpy())
+    x = rng.normal(size=(7, 8))
+    assert np.allclose(ec.rope(x, np.arange(7)), apply_rope(torch.tensor(x)).numpy(), atol=1e-6)
+    from lib.transformer import lm_param_formula
+
+    for V, d, n_layers, max_len, tied, pos in probes.inputs_param_count(11):
+        assert ec.count_params(V, d, n_layers, max_len, tied, pos) == lm_param_formula(V, d, n_layers, max_len, pos, tied)
+    assert ec.count_params(*probes.GPT2_SMALL) == 124_439_808
+    assert round(ec.count_params(*probes.LLAMA_LIKE) / 1e9, 1) == 6.7
+    assert math.isclose(131072 / (131072 + 6 * 4096), 0.842, abs_tol=5e-4)
+
+
+# ----------------------------------------------------------------------------
+# release/ 里没有答案，没有隐藏测试
+# ----------------------------------------------------------------------------
+
+
+def _protected_lines(source_nb) -> set[str]:
+    """source/ 里参考答案区域和隐藏测试区域的每一行（足够长、不是纯注释的）。"""
+    lines = set()
+    for cell in source_nb.cells:
+        for begin, end in (("### BEGIN SOLUTION", "### END SOLUTION"), ("### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS")):
+            for block in re.findall(re.escape(begin) + r"(.*?)" + re.escape(end), cell.source, re.S):
+                for line in block.splitlines():
+                    line = line.strip()
+                    if len(line) >= 12 and not line.startswith("#"):
+                        lines.add(line)
+    return lines
+
+
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_release_contains_no_solution_or_hidden_test_text(name):
+    release_text = (ROOT / "release" / ASSIGNMENT / f"{name}.ipynb").read_text(encoding="utf-8")
+    release = read_nb(ROOT / "release" / ASSIGNMENT / f"{name}.ipynb")
+    sources = "\n".join(c.source for c in release.cells)
+    for marker in ("BEGIN SOLUTION", "END SOLUTION", "HIDDEN TESTS", "run_check", "lib.grading", "评分标准"):
+        assert marker not in release_text, f"release/{name} 里有 {marker!r}"
+    leaked = [line for line in _protected_lines(read_nb(ROOT / "source" / ASSIGNMENT / f"{name}.ipynb"))
+              if line in sources]
+    assert not leaked, f"release/{name} 泄露了参考答案或隐藏测试：{leaked[:3]}"
+    solutions_text = (ROOT / "solutions" / ASSIGNMENT / f"{name}.ipynb").read_text(encoding="utf-8")
+    assert "HIDDEN TESTS" not in solutions_text and "run_check" not in solutions_text
+
+
+# ----------------------------------------------------------------------------
+# 慢的：nbgrader 本身（临时课程目录）
+# ----------------------------------------------------------------------------
+
+
+def nbgrader_env() -> dict:
+    env = dict(os.environ)
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])  # nbgrader 要调用 alembic
+    env.update(CI="true", OMP_NUM_THREADS="1", MPLBACKEND="Agg", PYTHONDONTWRITEBYTECODE="1")
+    env.pop("PYTHONPATH", None)  # 内核靠引导单元格找到临时课程里的 lib/
+    return env
+
+
+def nbgrader(course: Path, *args: str, timeout: int = 900) -> subprocess.CompletedProcess:
+    exe = Path(sys.executable).parent / "nbgrader"
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "nbgrader"]
+    return subprocess.run([*cmd, *args], cwd=course, env=nbgrader_env(), capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def make_course(dest: Path, with_generated: bool = True) -> Path:
+    """临时课程目录：lib/、source/、nbgrader_config.py、pyproject.toml（以及 release/、solutions/）的副本。"""
+    ignore = shutil.ignore_patterns("__pycache__", ".ipynb_checkpoints")
+    dest.mkdir(parents=True, exist_ok=True)
+    for d in ["lib", "source"] + (["release", "solutions"] if with_generated else []):
+        shutil.copytree(ROOT / d, dest / d, ignore=ignore)
+    for f in ("nbgrader_config.py", "pyproject.toml"):
+        shutil.copy2(ROOT / f, dest / f)
+    return dest
+
+
+VOLATILE_CELL_KEYS = {"execution", "collapsed", "scrolled", "jp-MarkdownHeadingCollapsed", "editable", "deletable"}
+
+
+def _normalized(path: Path) -> dict:
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    for cell in nb["cells"]:
+        for key in VOLATILE_CELL_KEYS:
+            cell.get("metadata", {}).pop(key, None)
+        cell.pop("execution_count", None)
+        cell.pop("outputs", None)
+    return nb
+
+
+@pytest.mark.slow
+def test_release_and_solutions_are_exactly_what_regenerate_produces(tmp_path):
+    from lib.tools.regenerate import regenerate
+
+    course = make_course(tmp_path / "course", with_generated=False)
+    written = regenerate(course)
+    assert len(written) == 2 * len(NOTEBOOKS)
+    extra = sorted(p.name for p in course.iterdir())
+    assert extra == ["lib", "nbgrader_config.py", "pyproject.toml", "release", "solutions", "source"], \
+        f"regenerate 只应写 release/ 和 solutions/：{extra}"
+    for top in ("release", "solutions"):
+        got = sorted(p.relative_to(course / top).as_posix() for p in (course / top).rglob("*") if p.is_file())
+        want = sorted(p.relative_to(ROOT / top).as_posix() for p in (ROOT / top).rglob("*") if p.is_file())
+        assert got == want, f"{top}/ 的文件不同：请运行 make release"
+        for rel in want:
+            assert _normalized(course / top / rel) == _normalized(ROOT / top / rel), \
+                f"{top}/{rel} 和 source/ 不同步：请运行 make release（python -m lib.tools.regenerate）"
+
+
+VALIDATE_SCRIPT = r"""
+import json, sys
+from traitlets.config.loader import PyFileConfigLoader
+from nbgrader.validator import Validator
+
+config = PyFileConfigLoader("nbgrader_config.py", path=".").load_config()
+results = {}
+for path, validate_all in json.loads(sys.argv[1]):
+    validator = Validator(config=config, validate_all=validate_all)
+    results[path] = {k: [c.get("raw_error", c.get("source", ""))[-1500:] for c in v]
+                     for k, v in validator.validate(path).items()}
+print(json.dumps(results))
+"""
+
+
+def _validate_many(course: Path, jobs) -> dict:
+    """用 nbgrader 的 Validator（JupyterLab 里 Validate 按钮用的同一个类）依次检查几个 notebook：
+    一个进程里做完，省掉每次启动 nbgrader 命令的时间。返回 {路径: {"failed"/"changed"/...: [...]}}。"""
+    result = subprocess.run([sys.executable, "-c", VALIDATE_SCRIPT, json.dumps(jobs)], cwd=course,
+                            env=nbgrader_env(), capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+def test_nbgrader_validate_source_passes_and_release_fails(tmp_path):
+    """source/：每个测试（含隐藏测试）都通过，并且每个代码单元格都不报错、不写 stderr（validate_all）。
+    release/：没有作答，validate 必须报告失败（代码题的测试失败；文字题的答题单元格没改动）。"""
+    course = make_course(tmp_path / "course")
+    lanes = [[(f"source/{ASSIGNMENT}/{n}.ipynb", True) for n in NOTEBOOKS[i::2]]
+             + [(f"release/{ASSIGNMENT}/{n}.ipynb", False) for n in NOTEBOOKS[i::2]] for i in range(2)]
+    with ThreadPoolExecutor(2) as pool:
+        results = {k: v for r in pool.map(lambda lane: _validate_many(course, lane), lanes) for k, v in r.items()}
+    for name in NOTEBOOKS:
+        src = results[f"source/{ASSIGNMENT}/{name}.ipynb"]
+        assert src == {}, f"source/{name} 没通过 nbgrader validate：{src}"
+        rel = results[f"release/{ASSIGNMENT}/{name}.ipynb"]
+        assert rel.get("failed"), f"release/{name} 不应通过 validate：{rel}"
+    # 练习 10 只有人工评分的单元格：validate 报失败是因为答题单元格还是原样（校验和没变）
+    release = read_nb(course / "release" / ASSIGNMENT / "06_hands_on.ipynb")
+    answers = [c for c in release.cells if nbg(c).get("solution")]
+    assert answers and all(c.source.strip() == "在这里写下你的答案。" for c in answers)
+
+
+# --- 往返：四份提交 ------------------------------------------------------------
+
+
+def _answer_cells(nb) -> dict:
+    return {nbg(c)["grade_id"]: c for c in nb.cells if nbg(c).get("solution")}
+
+
+def _submission(kind: str) -> dict:
+    """从 release/ 搭出一份提交：{notebook 名: NotebookNode}。"""
+    out = {}
+    for name in NOTEBOOKS:
+        nb = read_nb(ROOT / "release" / ASSIGNMENT / f"{name}.ipynb")
+        if kind != "blank":
+            solution = _answer_cells(read_nb(ROOT / "solutions" / ASSIGNMENT / f"{name}.ipynb"))
+            for gid, cell in _answer_cells(nb).items():
+                cell.source = solution[gid].source
+                if kind == "noisy" and cell.cell_type == "code":
+                    cell.source = _make_noisy(cell.source)
+        out[name] = nb
+    if kind == "wrong":  # 典型错误：打分乘以 √d_k 而不是除以
+        cell = _answer_cells(out["01_attention_by_hand"])["ex1_self_attention_answer"]
+        assert "/ np.sqrt(d_k)" in cell.source
+        cell.source = cell.source.replace("/ np.sqrt(d_k)", "* np.sqrt(d_k)")
+    return out
+
+
+def _make_noisy(source: str) -> str:
+    """正确答案，但每次运行都打印、写 stderr、发警告、写日志（函数体里也是）。"""
+    noise = ('print("调试输出"); print("写到 stderr", file=__import__("sys").stderr); '
+             '__import__("warnings").warn("学生代码的警告"); __import__("logging").getLogger("student").error("日志")')
+    lines = []
+    for line in source.splitlines():
+        lines.append(line)
+        if line.strip() == "### BEGIN SOLUTION":
+            lines.append(line[: len(line) - len(line.lstrip())] + noise)
+    return "import logging\nlogging.basicConfig()\n" + "\n".join(lines)
+
+
+EXPECTED = {  # 自动评分的分数（人工评分的单元格在 formgrader 里由助教打分，这里都还是 0）
+    "correct": AUTOGRADED_POINTS,
+    "blank": 0,
+    "wrong": AUTOGRADED_POINTS - ec.CHECKS["ex1_self_attention"].points,
+    "noisy": AUTOGRADED_POINTS,
+}
+
+
+def _grade_in_course(course: Path, students) -> dict:
+    """像助教一样：发布（写 gradebook）→ 收作业 → autograde → generate_feedback → export。返回 grades.csv 的行。"""
+    result = nbgrader(course, "generate_assignment", ASSIGNMENT, "--force")
+    assert result.returncode == 0, result.stderr[-3000:]
+    for student in students:
+        folder = course / "submitted" / student / ASSIGNMENT
+        folder.mkdir(parents=True)
+        for name, nb in _submission(student).items():
+            nbformat.write(nb, folder / f"{name}.ipynb")
+        (folder / "timestamp.txt").write_text("2026-11-20 12:00:00.000000 UTC")
+    for step in (["autograde", ASSIGNMENT], ["generate_feedback", ASSIGNMENT], ["export"]):
+        result = nbgrader(course, *step)
+        assert result.returncode == 0, f"nbgrader {' '.join(step)} 失败：\n{result.stderr[-3000:]}"
+        assert "ERROR" not in result.stderr, f"nbgrader {' '.join(step)}：\n{result.stderr[-3000:]}"
+    with open(course / "grades.csv", newline="", encoding="utf-8") as f:
+        return {row["student_id"]: row for row in csv.DictReader(f)}
+
+
+@pytest.mark.slow
+def test_round_trip_autograde_feedback_export(tmp_path):
+    # nbgrader 的 autograde 是串行的：两个临时课程（各自的 gradebook）同时评两份提交，墙钟时间减半
+    groups = [("correct", "blank"), ("wrong", "noisy")]
+    courses = [make_course(tmp_path / f"course{i}", with_generated=False) for i in range(len(groups))]
+    with ThreadPoolExecutor(len(groups)) as pool:
+        results = list(pool.map(_grade_in_course, courses, groups))
+    rows = {k: v for r in results for k, v in r.items()}
+    scores = {s: float(rows[s]["score"]) for s in EXPECTED}
+    print("grades.csv 的分数：", scores)
+    assert scores == {s: float(v) for s, v in EXPECTED.items()}, scores
+    assert all(float(rows[s]["max_score"]) == TOTAL_POINTS for s in EXPECTED)
+
+    # 每个 notebook 的分数：错的那份只在 01 丢了 ex1_self_attention 的分
+    from nbgrader.api import Gradebook
+
+    for course, students in zip(courses, groups):
+        with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+            for student in students:
+                per_nb = {nb.name: nb.score for nb in gb.find_submission(ASSIGNMENT, student).notebooks}
+                for name in NOTEBOOKS:
+                    want = sum(c.points for c in ec.CHECKS.values() if c.notebook == name)
+                    if student == "blank":
+                        want = 0
+                    if student == "wrong" and name == "01_attention_by_hand":
+                        want -= ec.CHECKS["ex1_self_attention"].points
+                    assert per_nb[name] == want, f"{student}/{name}: {per_nb[name]} != {want}"
+        for student in students:
+            feedback = sorted((course / "feedback" / student / ASSIGNMENT).glob("*.html"))
+            assert [p.stem for p in feedback] == NOTEBOOKS
+    assert not (ROOT / "gradebook.db").exists() and not (ROOT / "submitted").exists()
