@@ -251,7 +251,7 @@ class FeedForward(nn.Module):
     kind="swiglu"：W_2 (SiLU(W_1 x) ⊙ W_3 x)，宽度约 8/3·d（LLaMA，§12）。
     """
 
-    def __init__(self, d_model, d_ff=None, kind="gelu", bias=True, dropout=0.0):
+    def __init__(self, d_model, d_ff=None, kind="gelu", bias=True):
         super().__init__()
         self.kind = kind
         if kind == "gelu":
@@ -263,7 +263,6 @@ class FeedForward(nn.Module):
         else:
             raise ValueError(f"未知的前馈网络类型 {kind!r}：可选 'gelu' 或 'swiglu'")
         self.fc_out = nn.Linear(d_ff, d_model, bias=bias)  # W_2：残差路径上的最后一层
-        self.drop = nn.Dropout(dropout)
 
     def forward(self, x):
         h = self.fc_in(x)
@@ -272,7 +271,7 @@ class FeedForward(nn.Module):
         else:
             gate, up = h.chunk(2, dim=-1)
             h = F.silu(gate) * up  # 门控：一半决定“开多少”，一半是内容
-        return self.drop(self.fc_out(h))
+        return self.fc_out(h)  # dropout 由 Block 统一加在每个子层的输出上（只加一次）
 
 
 def make_norm(kind: str, d_model: int, bias: bool = True) -> nn.Module:
@@ -333,7 +332,7 @@ class Block(nn.Module):
             self.cross_attn = MultiHeadAttention(d, cfg.n_heads, cfg.n_kv_heads, cfg.bias,
                                                  cfg.dropout, cross=True)
         self.norm2 = make_norm(cfg.norm, d, cfg.bias)
-        self.ffn = FeedForward(d, cfg.d_ff, cfg.ffn, cfg.bias, cfg.dropout)
+        self.ffn = FeedForward(d, cfg.d_ff, cfg.ffn, cfg.bias)
         self.drop = nn.Dropout(cfg.dropout)
 
     def _sublayer(self, x, norm, fn):

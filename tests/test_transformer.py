@@ -275,6 +275,15 @@ def test_encoder_decoder_cross_attention_shapes_and_source_padding():
 
 
 # ---------------------------------------------------------------- §9–§10 training, KV cache
+def test_residual_dropout_is_applied_once_per_sublayer():
+    torch.manual_seed(0)
+    block = Block(TransformerConfig(d_model=64, n_heads=4, dropout=0.5)).train()
+    ffn_out = block.ffn(torch.randn(4000, 64))  # the FFN itself does not drop
+    assert (ffn_out == 0).float().mean() < 0.01
+    y = block._sublayer(torch.zeros(4000, 64), nn.Identity(), lambda h: torch.ones_like(h))
+    assert (y == 0).float().mean().item() == pytest.approx(0.5, abs=0.02)
+
+
 def test_warmup_cosine_schedule():
     lrs = [warmup_cosine(s, 1.0, 10, 110) for s in range(110)]
     assert lrs[0] == pytest.approx(0.1) and lrs[9] == pytest.approx(1.0)
