@@ -13,6 +13,7 @@
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from contextlib import contextmanager
@@ -379,7 +380,7 @@ class TransformerLM(nn.Module):
 
     def __init__(self, cfg: TransformerConfig | None = None, **overrides):
         super().__init__()
-        cfg = cfg or TransformerConfig(**overrides)
+        cfg = dataclasses.replace(cfg, **overrides) if cfg is not None else TransformerConfig(**overrides)
         self.cfg = cfg
         d = cfg.d_model
         self.tok_emb = nn.Embedding(cfg.vocab_size, d)
@@ -443,7 +444,10 @@ class TransformerLM(nn.Module):
 
     def forward(self, idx, targets=None, pad_mask=None, return_attn=False, kv_cache=None,
                 memory=None, memory_pad_mask=None, ignore_index: int = -100) -> LMOutput:
-        """idx: (B, T) 词元编号。targets 给出时计算交叉熵（ignore_index 的位置不计）。"""
+        """idx: (B, T) 词元编号。targets 给出时计算交叉熵（ignore_index 的位置不计）。
+
+        pad_mask: (B, Tk) 布尔，True = 真实词元；用 kv_cache 时 Tk = 缓存长度 + T。
+        """
         h, attentions = self.hidden_states(idx, pad_mask, kv_cache, memory, memory_pad_mask, return_attn)
         logits = self.lm_head(h)  # (B, T, V)：和每个词嵌入的点积（权重共享时）
         loss = None
@@ -622,8 +626,9 @@ def generate(model, prompt, max_new_tokens: int, use_cache: bool = True, tempera
 
     use_cache=False：每一步把整个序列重新送进模型（第 i 步算 n+i-1 个位置）。
     use_cache=True：提示只算一次，之后每步只算 1 个新位置，旧位置的 K、V 从缓存里取。
-    同一个 seed 下两种方式生成的词元相同。
+    同一个 seed 下两种方式生成的词元相同。生成结束后模型恢复原来的 train/eval 状态。
     """
+    was_training = model.training
     model.eval()
     gen = None
     if seed is not None:
@@ -645,4 +650,5 @@ def generate(model, prompt, max_new_tokens: int, use_cache: bool = True, tempera
         step_input = nxt
         if eos_id is not None and bool((nxt == eos_id).all()):
             break
+    model.train(was_training)
     return idx

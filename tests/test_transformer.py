@@ -142,6 +142,11 @@ def test_rope_rotates_queries_and_keys_but_not_values():
     assert not torch.allclose(a(x, need_weights=True)[1], b(x, need_weights=True)[1])
 
 
+def test_config_overrides_apply_on_top_of_a_config():
+    model = TransformerLM(TransformerConfig(d_model=32, n_heads=4), n_layers=3)
+    assert model.cfg.n_layers == 3 and model.cfg.d_model == 32
+
+
 def test_learned_table_fails_clearly_past_its_length():
     model = TransformerLM(max_len=8)
     with pytest.raises(ValueError, match="超出了可学习位置表的长度 8"):
@@ -309,6 +314,9 @@ def test_kv_cache_generation_equals_uncached_generation():
         a = generate(model, prompt, 20, use_cache=True, **kw)
         b = generate(model, prompt, 20, use_cache=False, **kw)
         assert torch.equal(a, b), kw
+    model.train()
+    generate(model, prompt, 2, seed=0)
+    assert model.training  # generate restores the mode it found
     rope = TransformerLM(vocab_size=30, d_model=32, n_heads=4, n_layers=2, pos="rope").eval()
     assert torch.equal(generate(rope, prompt, 15, use_cache=True, seed=1),
                        generate(rope, prompt, 15, use_cache=False, seed=1))
