@@ -43,7 +43,7 @@ test: setup system-deps
 
 # 只跑快的：不执行 notebook、不开浏览器
 test-fast: setup
-	$(PY) -m pytest -m "not slow" --ignore=notebooks
+	$(PY) -m pytest -m "not slow" tests
 
 # 重新执行 notebooks/ 并保存输出（改了 notebook 或 lib 之后运行，再提交）
 notebooks: setup
