@@ -1,0 +1,500 @@
+"""评分流水线：导入 → 修复 → 沙箱执行 + 探针 → 干净进程里判分 → gradebook、反馈、grades.csv。
+
+并行：N 个线程各自管理一个沙箱子进程（真正的计算都在子进程里）；主线程是 gradebook.db 的唯一写入者，
+每完成一份就写入分数和反馈。断点续跑：每份提交的执行结果按“原始文件的 sha256 + 评分器版本”存进
+.grading/ASSIGNMENT/state/，再次运行时直接复用（不再执行学生代码，种子也不变），重新判分、重写一切，
+所以结果和第一次完全相同。
+"""
+from __future__ import annotations
+
+import copy
+import csv
+import hashlib
+import importlib
+import json
+import math
+import os
+import queue
+import re
+import secrets
+import shutil
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import collect as collect_mod
+from . import gradebook_io, repair, sandbox
+
+NBG = "nbgrader"
+HERE = Path(__file__).resolve().parent
+STATUS_ORDER = ["ok", "repaired", "timeout", "crashed", "suspect", "quarantined", "missing"]
+FAKE_PASS_RE = re.compile(r"(测试通过|全部通过|所有测试|通过了所有|tests? passed|all tests|满分|✓|✔|\bPASS\b)",
+                          re.IGNORECASE)
+CSV_FIELDS = ["student_id", "notebook", "score", "max_score", "status", "detail"]
+
+
+@dataclass
+class Options:
+    assignment: str
+    submissions: Path
+    course_root: Path = Path(".")
+    jobs: int = 1
+    limits: sandbox.Limits = field(default_factory=sandbox.Limits)
+    name_regex: str | None = None
+    roster: Path | None = None
+    checks_module: str = "lib.grading.exercise_checks"
+    probes_file: Path = HERE / "probes.py"
+    use_bwrap: bool | None = None      # None = 自动
+    feedback: bool = True
+    progress: bool = True
+    quiet: bool = False
+
+
+@dataclass
+class Row:
+    student_id: str
+    notebook: str
+    score: float | None
+    max_score: float | None
+    status: str
+    detail: str
+
+    def as_csv(self):
+        fmt = lambda x: "" if x is None else (f"{x:g}")
+        return {"student_id": self.student_id, "notebook": self.notebook, "score": fmt(self.score),
+                "max_score": fmt(self.max_score), "status": self.status, "detail": self.detail}
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _read_nb(path: Path) -> dict:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def release_notebooks(course_root: Path, assignment: str) -> dict:
+    d = course_root / "release" / assignment
+    if not d.is_dir():
+        raise SystemExit(f"找不到 {d}：请在课程根目录运行，并先用 nbgrader generate_assignment 生成 release/。")
+    nbs = {p.stem: _read_nb(p) for p in sorted(d.glob("*.ipynb"))}
+    if not nbs:
+        raise SystemExit(f"{d} 里没有 notebook。")
+    return nbs
+
+
+def load_checks(module: str):
+    if module not in sys.modules and str(Path.cwd()) not in sys.path:
+        sys.path.insert(0, str(Path.cwd()))
+    mod = importlib.import_module(module)
+    return mod.CHECKS
+
+
+def grader_version(opts: Options, probes_source: str) -> str:
+    parts = [(HERE / "runner.py").read_text(encoding="utf-8"), (HERE / "repair.py").read_text(encoding="utf-8"),
+             probes_source, repr((opts.limits.cell_timeout, opts.limits.memory_mb, opts.limits.max_procs))]
+    return _sha("\n".join(parts))[:16]
+
+
+def _cell_gid(cell):
+    return ((cell.get("metadata") or {}).get(NBG) or {}).get("grade_id")
+
+
+def _is_test(cell):
+    m = (cell.get("metadata") or {}).get(NBG) or {}
+    return bool(m.get("grade")) and not m.get("solution") and cell.get("cell_type") == "code"
+
+
+def execute_submission(nb: dict, auto_gids: list, opts: Options, slot: int, scratch_base: Path,
+                       probes_source: str, seed: int, use_bwrap: bool, hide: list) -> dict:
+    """执行（必要时跳过让内核崩溃/卡死的单元格再试，最多 3 次）。返回可存盘的 dict。"""
+    skip: list[int] = []
+    notes: list[str] = []
+    ever_timeout = ever_crash = False
+    for attempt in range(3):
+        run_nb = copy.deepcopy(nb)
+        for i in skip:
+            run_nb["cells"][i]["source"] = (
+                "raise RuntimeError('评分时跳过了这个单元格：它在上一次运行中让内核崩溃或超时')")
+        control = {"nonce": secrets.token_hex(16), "seed": seed, "probes_source": probes_source,
+                   "grade_ids": auto_gids, "probe_timeout": opts.limits.cell_timeout}
+        res = sandbox.execute(run_nb, course_root=opts.course_root, scratch_base=scratch_base, hide=hide,
+                              limits=opts.limits, slot=slot, control=control, use_bwrap=use_bwrap)
+        failed = res.crashed or res.killed_for_timeout
+        ever_timeout |= res.killed_for_timeout
+        ever_crash |= res.crashed
+        if failed:
+            what = "超时后被强制结束" if res.killed_for_timeout else "内核崩溃"
+            where = f"第 {res.fail_cell + 1} 个单元格" if res.fail_cell is not None else "探针阶段"
+            notes.append(f"{where}{what}" + ("，已跳过该单元格重新运行" if res.fail_cell is not None
+                                              and attempt < 2 else ""))
+        if failed and res.fail_cell is not None and res.fail_cell not in skip and attempt < 2:
+            skip.append(res.fail_cell)
+            continue
+        break
+    outputs = {str(k): v for k, v in res.outputs.items()}
+    return {"outputs": outputs, "exec_counts": {str(k): v for k, v in res.exec_counts.items()},
+            "timed_out_cells": res.timed_out_cells, "memory_cells": res.memory_cells, "records": res.records,
+            "changed": res.changed, "flags": res.flags, "forks": res.forks, "junk": res.junk,
+            "crashed": ever_crash, "killed_for_timeout": ever_timeout, "skipped": skip,
+            "exec_notes": notes, "stderr_tail": res.stderr_tail[-600:], "seconds": round(res.seconds, 2),
+            "max_forks": opts.limits.max_forks}
+
+
+def judge(state: dict, repaired: dict, release: dict, checks: dict, notebook: str) -> dict:
+    """在干净的评分进程里判分。学生代码从未在这个进程里运行过。"""
+    seed = state["seed"]
+    ex = state["exec"]
+    records = ex.get("records")
+    cells = gradebook_io.grade_cells(release)
+    scores: dict = {}
+    messages: dict = {}
+    notes: list = []
+    tamper: list = []
+    for gid, (points, auto) in cells.items():
+        if not auto:
+            scores[gid] = None
+            continue
+        chk = checks.get(gid)
+        if chk is None:
+            scores[gid] = None
+            notes.append(f"{gid} 没有对应的检查，需人工评分")
+            continue
+        rec = None if records is None else records.get(gid)
+        if rec is None:
+            frac, msg = 0.0, "没有记录到数据（内核在检查之前就崩溃或超时了）"
+        else:
+            try:
+                frac, msg = chk.verify(rec, seed)
+                frac = float(frac)
+                if not math.isfinite(frac):
+                    frac = 0.0
+            except Exception as e:  # 检查本身出错：不给分，交给人看
+                frac, msg = 0.0, f"检查程序出错（请助教查看）：{type(e).__name__}: {e}"
+                notes.append(f"{gid} 的检查程序出错")
+        frac = min(1.0, max(0.0, frac))
+        scores[gid] = round(points * frac, 4)
+        messages[gid] = (scores[gid], points, str(msg))
+    # 可疑迹象
+    if ex.get("changed"):
+        tamper.append("替换了 " + "、".join(sorted(set(ex["changed"]))[:8]))
+    kinds = {}
+    for kind, what in ex.get("flags") or []:
+        kinds.setdefault(kind, []).append(what)
+    label = {"read": "访问了评分相关路径", "write": "在临时目录之外写文件", "network": "尝试联网",
+             "process": "创建了子进程", "channel": "评分通道异常", "eq": "自定义了 __eq__/__bool__"}
+    for kind, whats in kinds.items():
+        tamper.append(f"{label.get(kind, kind)}：" + "、".join(sorted(set(whats))[:3]))
+    if ex.get("junk"):
+        tamper.append(f"向评分通道写入了 {ex['junk']} 行伪造数据")
+    release_sources = {repair._src(c) for c in release["cells"]}
+    for i, cell in enumerate(repaired["cells"]):
+        if cell.get("cell_type") != "code" or _is_test(cell) or repair._src(cell) in release_sources:
+            continue  # 只看学生自己写的单元格
+        text = "".join(o.get("text", "") for o in ex["outputs"].get(str(i), []) if o.get("output_type") == "stream")
+        if FAKE_PASS_RE.search(text):
+            tamper.append(f"第 {i + 1} 个单元格打印了像“测试通过”的文字")
+            break
+    visible_pass_clean_fail = []
+    for i, cell in enumerate(repaired["cells"]):
+        gid = _cell_gid(cell)
+        if gid in messages and _is_test(cell) and str(i) in ex["outputs"]:
+            errored = any(o.get("output_type") == "error" for o in ex["outputs"][str(i)])
+            if not errored and messages[gid][0] < messages[gid][1]:
+                visible_pass_clean_fail.append(gid)
+    if visible_pass_clean_fail:
+        tamper.append("可见测试通过但干净检查未通过：" + "、".join(visible_pass_clean_fail))
+    return {"scores": scores, "messages": messages, "notes": notes, "tamper": tamper}
+
+
+def autograded_notebook(repaired: dict, ex: dict, messages: dict) -> dict:
+    nb = copy.deepcopy(repaired)
+    for i, cell in enumerate(nb["cells"]):
+        if cell.get("cell_type") != "code":
+            continue
+        cell["outputs"] = copy.deepcopy(ex["outputs"].get(str(i), []))
+        cell["execution_count"] = ex["exec_counts"].get(str(i))
+        for out in cell["outputs"]:
+            if out.get("output_type") in ("display_data", "execute_result"):
+                out.setdefault("metadata", {})
+        gid = _cell_gid(cell)
+        if gid in messages and _is_test(cell):
+            score, points, msg = messages[gid]
+            cell["outputs"].append({"output_type": "stream", "name": "stdout",
+                                    "text": f"【评分】{score:g} / {points:g} 分：{msg}\n"})
+    return nb
+
+
+def opts_max_forks(ex: dict) -> int:
+    return int(ex.get("max_forks") or sandbox.Limits.max_forks)
+
+
+def status_of(repair_notes: list, ex: dict, verdict: dict) -> tuple[str, list]:
+    tokens, detail = [], []
+    if repair_notes:
+        tokens.append("repaired")
+        detail += repair_notes
+    probe_timeouts = sorted(g for g, r in (ex.get("records") or {}).items()
+                            if isinstance(r, dict) and str(r.get("error", "")).startswith("探针超时"))
+    if ex.get("timed_out_cells") or ex.get("killed_for_timeout") or probe_timeouts:
+        tokens.append("timeout")
+        if probe_timeouts:
+            detail.append("检查时学生函数运行超时：" + "、".join(probe_timeouts))
+        if ex.get("timed_out_cells"):
+            detail.append("超时被中断的单元格：" + "、".join(str(int(i) + 1) for i in ex["timed_out_cells"]))
+    fork_capped = int(ex.get("forks") or 0) > opts_max_forks(ex)
+    if ex.get("crashed") or ex.get("memory_cells") or fork_capped:
+        tokens.append("crashed")
+        if fork_capped:
+            detail.append(f"创建的子进程超过上限（{opts_max_forks(ex)} 个），之后的创建被拒绝")
+        if ex.get("memory_cells"):
+            detail.append("内存超过上限的单元格：" + "、".join(str(int(i) + 1) for i in ex["memory_cells"]))
+    detail += ex.get("exec_notes") or []
+    if ex.get("crashed") and ex.get("stderr_tail"):
+        tail = ex["stderr_tail"].strip().splitlines()[-1:] or [""]
+        detail.append("内核最后的输出：" + tail[0][:200])
+    if verdict["tamper"]:
+        tokens.append("suspect")
+        detail.append("疑似作弊，请人工查看：" + "；".join(verdict["tamper"]))
+    detail += verdict["notes"]
+    return ("+".join(tokens) or "ok"), detail
+
+
+def _safe_name(s: str) -> str:
+    return re.sub(r"[^\w.@+-]", "_", s)[:150]
+
+
+def _ensure_venv_on_path() -> None:
+    """nbgrader 新建 gradebook 时会调用 PATH 上的 `alembic`；用 .venv/bin/python 直接运行时它不在 PATH 上。"""
+    bindir = str(Path(sys.executable).parent)
+    if shutil.which("alembic") is None and (Path(bindir) / "alembic").exists():
+        os.environ["PATH"] = bindir + os.pathsep + os.environ.get("PATH", "")
+
+
+def _skip_slow_optional_imports() -> None:
+    """jsonschema 导入可选的 rfc3987_syntax 时要现场编译一个语法（这台机器上约 4 秒）；nbformat 的校验
+    用不到它检查的 iri 格式。没有它时 jsonschema 自己会跳过这个格式。只影响评分进程本身。"""
+    if "jsonschema" not in sys.modules:
+        sys.modules.setdefault("rfc3987_syntax", None)
+
+
+def run(opts: Options) -> list[Row]:
+    _skip_slow_optional_imports()
+    _ensure_venv_on_path()
+    import warnings
+    warnings.filterwarnings("ignore", module=r"nbgrader\..*")
+    warnings.filterwarnings("ignore", message=r".*not in session.*")
+    course = opts.course_root.resolve()
+    opts.course_root = course
+    if not (course / "nbgrader_config.py").exists():
+        raise SystemExit(f"{course} 不是课程根目录（没有 nbgrader_config.py）。请在课程根目录运行。")
+    release = release_notebooks(course, opts.assignment)
+    notebooks = list(release)
+    roster = None
+    if opts.roster:
+        roster = {line.split(",")[0].strip() for line in Path(opts.roster).read_text(encoding="utf-8").splitlines()
+                  if line.strip() and not line.startswith("#")}
+        roster.discard("student_id")
+    items = collect_mod.collect(opts.submissions, notebooks, opts.name_regex, roster)
+    checks = load_checks(opts.checks_module)
+    probes_source = Path(opts.probes_file).read_text(encoding="utf-8")
+    version = grader_version(opts, probes_source)
+    ws = course / ".grading" / opts.assignment
+    (ws / "state").mkdir(parents=True, exist_ok=True)
+    (ws / "last_run.json").write_text(json.dumps({
+        "submissions": str(Path(opts.submissions).resolve()), "jobs": opts.jobs, "name_regex": opts.name_regex,
+        "roster": str(opts.roster) if opts.roster else None, "cell_timeout": opts.limits.cell_timeout,
+        "memory_mb": opts.limits.memory_mb, "max_procs": opts.limits.max_procs,
+        "checks_module": opts.checks_module, "probes_file": str(opts.probes_file),
+        "use_bwrap": opts.use_bwrap}, ensure_ascii=False, indent=1), encoding="utf-8")
+    db_url = "sqlite:///" + str(course / "gradebook.db")
+    try:
+        gradebook_io.ensure_assignment(db_url, opts.assignment, release)
+    except RuntimeError as e:
+        raise SystemExit(f"gradebook.db 里的作业结构和现在的 release/ 不一致，而且已经有提交（{e}）。"
+                         "如果 release/ 是有意修改的，请先备份并删除 gradebook.db 再评分。")
+
+    bw_ok, bw_msg = sandbox.bwrap_status()
+    use_bwrap = bw_ok if opts.use_bwrap is None else (opts.use_bwrap and bw_ok)
+    say = (lambda *a: None) if opts.quiet else (lambda *a: print(*a, file=sys.stderr))
+    if not use_bwrap:
+        say("注意：" + (bw_msg if not bw_ok else "已按要求关闭 bubblewrap 沙箱。"))
+        if os.geteuid() == 0:
+            say("警告：以 root 身份评分且没有沙箱，学生代码也以 root 身份运行。请改用普通用户，或安装 bubblewrap。")
+    elif os.geteuid() == 0 and not sandbox.bwrap_can_drop_uid():
+        say("注意：bwrap 在这里不能切换 uid，学生代码在沙箱里以 root 身份运行，进程数只靠审计钩子限制。")
+
+    rows: list[Row] = []
+    quarantine = ws / "quarantine"
+    for it in items:
+        if it.reason:
+            qp = quarantine / _safe_name(it.src.replace("/", "__"))
+            qp.parent.mkdir(parents=True, exist_ok=True)
+            if it.data:
+                qp.write_bytes(it.data)
+            rows.append(Row(it.student_id or "", it.notebook or "", None, None, "quarantined",
+                            f"{it.reason}；文件：{it.src}"))
+    todo = [it for it in items if it.reason is None]
+
+    hide = [Path(opts.submissions).resolve()]
+    if Path(opts.submissions).is_file():
+        hide = [Path(opts.submissions).resolve().parent]
+    scratch_base = Path(tempfile.mkdtemp(prefix="lecture07-grading-"))
+    if repair_is_under(scratch_base, course):
+        raise SystemExit("临时目录在课程目录里面（TMPDIR），请把 TMPDIR 设到课程目录之外。")
+    slots: queue.Queue = queue.Queue()
+    for s in range(max(1, opts.jobs)):
+        slots.put(s)
+
+    def work(it):
+        rel = release[it.notebook]
+        repaired, rnotes = repair.repair(it.nb, rel)
+        rnotes = it.notes + rnotes
+        auto_gids = [g for g, (p, auto) in gradebook_io.grade_cells(rel).items() if auto]
+        key = f"{_safe_name(it.student_id)}__{_safe_name(it.notebook)}.json"
+        sp = ws / "state" / key
+        state = None
+        if sp.exists():
+            try:
+                old = json.loads(sp.read_text(encoding="utf-8"))
+                if old.get("sha") == it.sha and old.get("version") == version:
+                    state = old
+            except (OSError, json.JSONDecodeError):
+                state = None
+        if state is None:
+            seed = secrets.randbelow(2**31 - 1)
+            slot = slots.get()
+            try:
+                ex = execute_submission(repaired, auto_gids, opts, slot, scratch_base, probes_source, seed,
+                                        use_bwrap, hide)
+            finally:
+                slots.put(slot)
+            state = {"sha": it.sha, "version": version, "seed": seed, "exec": ex, "src": it.src}
+            tmp = sp.with_suffix(".tmp")
+            tmp.write_text(json.dumps(state, ensure_ascii=False), encoding="utf-8")
+            tmp.replace(sp)
+        verdict = judge(state, repaired, rel, checks, it.notebook)
+        agnb = autograded_notebook(repaired, state["exec"], verdict["messages"])
+        unanswered = {g for g in gradebook_io.grade_cells(rel)} - repair.answered_cells(repaired, rel)
+        return it, repaired, rnotes, state, verdict, agnb, unanswered
+
+    t0 = time.monotonic()
+    gb = gradebook_io.open_gradebook(db_url)
+    uncommitted = 0
+    bar = None
+    if opts.progress and not opts.quiet and todo:
+        from tqdm.auto import tqdm
+        bar = tqdm(total=len(todo), desc="评分", unit="份", file=sys.stderr, dynamic_ncols=True)
+    try:
+        with ThreadPoolExecutor(max_workers=max(1, opts.jobs)) as pool:
+            futs = [pool.submit(work, it) for it in todo]
+            for fut in as_completed(futs):
+                try:
+                    it, repaired, rnotes, state, verdict, agnb, unanswered = fut.result()
+                except Exception as e:  # 一份出错不影响其他
+                    idx = futs.index(fut)
+                    it = todo[idx]
+                    rows.append(Row(it.student_id, it.notebook, None, None, "crashed",
+                                    f"评分器内部错误（请报告）：{type(e).__name__}: {e}"))
+                    if bar:
+                        bar.update(1)
+                    continue
+                try:
+                    status, detail = status_of(rnotes, state["exec"], verdict)
+                    sub_dir = course / "submitted" / it.student_id / opts.assignment
+                    ag_dir = course / "autograded" / it.student_id / opts.assignment
+                    for d, nbd in ((sub_dir, repaired), (ag_dir, agnb)):
+                        d.mkdir(parents=True, exist_ok=True)
+                        (d / f"{it.notebook}.ipynb").write_text(json.dumps(nbd, ensure_ascii=False, indent=1),
+                                                                encoding="utf-8")
+                    # 有反馈要写时先提交（反馈从数据库读分数）；否则每 20 份提交一次
+                    uncommitted += 1
+                    commit = opts.feedback or uncommitted >= 20
+                    score, max_score, pending = gradebook_io.write_scores(
+                        gb, opts.assignment, it.student_id, it.notebook, verdict["scores"], unanswered,
+                        commit=commit)
+                    if commit:
+                        uncommitted = 0
+                    if pending:
+                        detail.append(f"{pending} 个单元格待人工评分（formgrader）")
+                    if opts.feedback:
+                        gradebook_io.render_feedback(db_url, opts.assignment, it.student_id, it.notebook, agnb,
+                                                     course / "feedback" / it.student_id / opts.assignment
+                                                     / f"{it.notebook}.html")
+                except Exception as e:
+                    try:  # 未提交的几份会在下次运行时从 .grading/ 的执行结果重新写入
+                        gb.db.rollback()
+                    except Exception:
+                        pass
+                    rows.append(Row(it.student_id, it.notebook, None, None, "crashed",
+                                    f"写入成绩或反馈时出错（请报告）：{type(e).__name__}: {e}"))
+                    if bar:
+                        bar.update(1)
+                    continue
+                rows.append(Row(it.student_id, it.notebook, score, max_score, status, "；".join(detail)))
+                if bar:
+                    bar.update(1)
+    finally:
+        if bar:
+            bar.close()
+        try:
+            gb.db.commit()
+        finally:
+            gb.close()
+        shutil.rmtree(scratch_base, ignore_errors=True)
+    if roster is not None:
+        have = {(r.student_id, r.notebook) for r in rows if r.status != "quarantined"}
+        for sid in sorted(roster):
+            for nbname in notebooks:
+                if (sid, nbname) not in have:
+                    rows.append(Row(sid, nbname, 0.0, None, "missing", "没有提交"))
+    rows.sort(key=lambda r: (r.student_id == "", r.student_id, r.notebook, r.status, r.detail))
+    write_csv(course / "grades.csv", rows)
+    if not opts.quiet:
+        print(summary(rows, time.monotonic() - t0, use_bwrap))
+    return rows
+
+
+def repair_is_under(path: Path, base: Path) -> bool:
+    try:
+        path.resolve().relative_to(base.resolve())
+        return True
+    except ValueError:
+        return False
+
+
+def write_csv(path: Path, rows: list[Row]) -> None:
+    tmp = path.with_suffix(".csv.tmp")
+    with open(tmp, "w", newline="", encoding="utf-8") as f:
+        w = csv.DictWriter(f, fieldnames=CSV_FIELDS)
+        w.writeheader()
+        for r in rows:
+            w.writerow(r.as_csv())
+    tmp.replace(path)
+
+
+def summary(rows: list[Row], seconds: float, use_bwrap: bool) -> str:
+    counts: dict = {}
+    for r in rows:
+        for tok in r.status.split("+"):
+            counts[tok] = counts.get(tok, 0) + 1
+    graded = [r for r in rows if r.score is not None and r.max_score]
+    lines = [f"评分完成：{len(rows)} 行，用时 {seconds:.1f} 秒" + ("" if use_bwrap else "（未使用 bwrap 沙箱）")]
+    lines.append("状态：" + "，".join(f"{k} {counts[k]}" for k in sorted(counts, key=lambda k: (
+        STATUS_ORDER.index(k) if k in STATUS_ORDER else 99, k))))
+    if graded:
+        pct = [100 * r.score / r.max_score for r in graded]
+        lines.append(f"平均得分率 {sum(pct) / len(pct):.1f}%（{len(graded)} 份已评分）")
+        bins = [0] * 10
+        for p in pct:
+            bins[min(9, int(p // 10))] += 1
+        top = max(bins) or 1
+        for i, n in enumerate(bins):
+            lo = i * 10
+            rng = f"{lo:3d}-{lo + 10 if i < 9 else 100:3d}%"
+            lines.append(f"  {rng} | {'#' * math.ceil(30 * n / top) if n else '':30s} {n}")
+    lines.append("成绩表：grades.csv；可疑、超时、崩溃和隔离的行请人工查看 detail 列。")
+    return "\n".join(lines)

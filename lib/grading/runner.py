@@ -1,0 +1,413 @@
+"""在沙箱里执行一份学生 notebook 的脚本（评分进程把它的源码复制进沙箱再运行）。
+
+这个文件只依赖标准库和 IPython，不导入 lib/ 的任何东西：它运行的地方看不到课程目录。
+
+协议（评分进程 <-> 本脚本）：
+- 参数：notebook 路径（沙箱内）、每个单元格的超时秒数、子进程数上限、要切换到的 uid/gid（-1 表示不切换）、
+  课程根目录、通道 fd、内存上限 MB、RLIMIT_NPROC（-1 不设）、文件大小上限 MB。资源上限在执行学生代码之前设置。
+- 通道 fd（只写，编号由参数给出）：每行一个 JSON 事件：{"ev": "start"/"end", ...}、{"ev": "cells_done"}、
+  {"ev": "record", ...}、{"ev": "done"}。
+- 标准输入：学生的单元格全部跑完、本脚本发出 cells_done 之后，评分进程才写入一行 JSON：
+  本次运行的随机 nonce、随机种子、probes.py 的源码和要探测的 grade_id。学生代码运行时还不存在这些值，
+  所以事先打印或写好的“假记录”带不上正确的 nonce，也无法针对未知的种子准备答案。
+学生代码和本脚本在同一个进程里：它能改动本脚本之后用到的东西，所以记录里的数据只当作“学生函数的输出”，
+对错全部由干净的评分进程重新计算（见 judge.py）。本脚本另外报告它看到的可疑迹象（被替换的函数、
+越界的文件访问、创建进程），交给人来看。
+"""
+import _thread
+import builtins
+import io
+import json
+import os
+import sys
+import threading
+import time
+import traceback
+
+CHANNEL_FD = 3
+_write = os.write
+_exit_now = os._exit
+_dumps = json.dumps
+_monotonic = time.monotonic
+
+
+def send(obj):
+    data = (_dumps(obj, ensure_ascii=True, default=repr) + "\n").encode()
+    try:
+        while data:
+            n = _write(CHANNEL_FD, data)
+            data = data[n:]
+    except OSError:
+        pass
+
+
+# ---------------------------------------------------------------- 进程与文件的审计钩子
+SUSPICIOUS_PARTS = {"solutions", "source", "gradebook.db", "autograded", "submitted", "feedback",
+                    ".grading", "exercise_checks.py", "nbgrader_config.py"}
+TRUSTED_PREFIXES = tuple({os.path.abspath(sys.prefix) + os.sep, os.path.abspath(sys.base_prefix) + os.sep})
+_state = {"phase": "setup", "forks": 0, "max_forks": 16, "flags": [], "child": False,
+          "scratch": "", "course_root": ""}
+
+
+def _flag(kind, detail):
+    if len(_state["flags"]) < 50:
+        _state["flags"].append([kind, str(detail)[:300]])
+
+
+def _path_is_suspicious(path):
+    p = os.path.abspath(path)
+    if p.startswith(TRUSTED_PREFIXES) or _inside_scratch(p):
+        return False  # 临时副本里没有答案（它是评分进程造的），读它不算可疑
+    if _state["course_root"] and (p == _state["course_root"] or p.startswith(_state["course_root"] + os.sep)):
+        return True
+    return any(part in SUSPICIOUS_PARTS for part in p.split(os.sep))
+
+
+def _inside_scratch(p):
+    base = _state["scratch"]
+    return bool(base) and (p == base or p.startswith(base.rstrip(os.sep) + os.sep))
+
+
+def _inside_allowed(path):
+    p = os.path.abspath(path)
+    # 沙箱里 /tmp 是这一份提交私有的 tmpfs；没有沙箱时 /tmp 是共享的（可能有别的学生的临时副本）
+    private_tmp = _state["scratch"] == "/tmp/submission"
+    for base in (_state["scratch"], "/tmp" if private_tmp else "", "/dev/null"):
+        if base and (p == base or p.startswith(base.rstrip(os.sep) + os.sep)):
+            return True
+    return False
+
+
+def _audit(event, args):
+    if _state["phase"] in ("setup", "runner"):  # 本脚本自己的动作不算；学生单元格、测试单元格、探针阶段都算
+        return
+    if event in ("os.fork", "os.forkpty", "os.posix_spawn", "os.spawn", "subprocess.Popen", "os.system",
+                 "os.exec", "pty.spawn"):
+        _state["forks"] += 1
+        if _state["forks"] == 1:
+            _flag("process", f"{event}")
+        if _state["child"]:
+            _exit_now(0)  # 学生 fork 出来的子进程还想再 fork：直接结束它（防 fork 炸弹）
+        if _state["forks"] > _state["max_forks"]:
+            raise PermissionError("评分环境限制：不允许再创建新进程")
+    elif event == "open":
+        path, mode, flags = args
+        if isinstance(path, int) or path is None:
+            return
+        try:
+            path = os.fsdecode(path)
+        except Exception:
+            return
+        writing = (isinstance(mode, str) and any(c in mode for c in "wax+")) or (
+            isinstance(flags, int) and flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT))
+        if _path_is_suspicious(path):
+            _flag("read" if not writing else "write", path)
+        elif writing and not _inside_allowed(path):
+            _flag("write", path)
+    elif event in ("os.listdir", "os.scandir", "glob.glob", "os.chdir"):
+        path = args[0] if args else None
+        if isinstance(path, (str, bytes)) and _path_is_suspicious(os.fsdecode(path)):
+            _flag("read", os.fsdecode(path))
+    elif event in ("os.remove", "os.rename", "os.rmdir", "shutil.rmtree", "os.truncate", "os.chmod"):
+        path = args[0] if args else None
+        if isinstance(path, (str, bytes)) and not _inside_allowed(os.fsdecode(path)):
+            _flag("write", f"{event} {os.fsdecode(path)}")
+    elif event == "socket.connect":
+        _flag("network", str(args[1:]) if len(args) > 1 else "")
+
+
+def _after_fork_in_child():
+    _state["child"] = True
+
+
+# ---------------------------------------------------------------- 被替换函数的检测
+WATCHED = {
+    "numpy": ["allclose", "isclose", "array_equal", "array_equiv", "all", "any", "abs", "max", "asarray", "array"],
+    "numpy.testing": ["assert_allclose", "assert_array_equal", "assert_array_almost_equal", "assert_equal",
+                      "assert_almost_equal"],
+    "torch": ["allclose", "isclose", "equal", "all", "tensor", "as_tensor"],
+    "torch.testing": ["assert_close"],
+    "math": ["isclose", "isfinite", "isnan"],
+    "json": ["dumps", "loads"],
+    "os": ["write", "_exit"],
+}
+BUILTIN_NAMES = ["print", "abs", "all", "any", "bool", "float", "int", "isinstance", "len", "max", "min", "round",
+                 "sum", "str", "repr", "type", "range", "zip", "__import__", "open", "AssertionError",
+                 "Exception", "exec", "eval", "hasattr", "getattr", "setattr", "list", "tuple", "dict"]
+
+
+def _snapshot():
+    snap = {}
+    for name in BUILTIN_NAMES:
+        snap["builtins." + name] = id(getattr(builtins, name, None))
+    for mod, names in WATCHED.items():
+        m = sys.modules.get(mod)
+        if m is None:
+            continue
+        for n in names:
+            snap[f"{mod}.{n}"] = id(getattr(m, n, None))
+    return snap
+
+
+def _diff_snapshot(before):
+    changed = []
+    now = _snapshot()
+    for key, val in now.items():
+        if key in before and before[key] != val:
+            changed.append(key)
+    # 课程 lib/ 里的函数被学生的代码替换（co_filename 不再是模块自己的文件）
+    for modname, mod in list(sys.modules.items()):
+        if not (modname == "lib" or modname.startswith("lib.")) or mod is None:
+            continue
+        for attr, val in list(vars(mod).items()):
+            code = getattr(val, "__code__", None)
+            if code is None:
+                continue
+            # 在 notebook 里（或 exec 的字符串里）定义、被塞进 lib 模块的函数
+            if code.co_filename.startswith("<") or getattr(val, "__module__", None) == "__main__":
+                changed.append(f"{modname}.{attr}")
+    return changed
+
+
+_ORIG_BUILTINS = dict(vars(builtins))
+_PATCHED_BUILTINS: set = set()
+
+
+def _restore_builtins():
+    """学生替换的内置函数：记下名字，然后恢复原样（本脚本自己也要用它们）。"""
+    cur = vars(builtins)
+    for k, v in _ORIG_BUILTINS.items():
+        if cur.get(k, _ORIG_BUILTINS) is not v:
+            _PATCHED_BUILTINS.add(k)
+            cur[k] = v
+
+
+# ---------------------------------------------------------------- 超时看门狗
+class Watchdog(threading.Thread):
+    def __init__(self):
+        super().__init__(daemon=True)
+        self.deadline = None
+        self.fired = False
+        self.lock = threading.Lock()
+
+    def arm(self, seconds):
+        with self.lock:
+            self.deadline = _monotonic() + seconds
+            self.fired = False
+
+    def disarm(self):
+        with self.lock:
+            self.deadline = None
+
+    def run(self):
+        while True:
+            time.sleep(0.05)
+            with self.lock:
+                if self.deadline is not None and _monotonic() > self.deadline:
+                    self.deadline = _monotonic() + 2.0  # 学生代码吞掉中断时，2 秒后再打断一次
+                    self.fired = True
+                    _thread.interrupt_main()
+
+
+# ---------------------------------------------------------------- 执行
+def _error_output(exc, timed_out=False):
+    if timed_out:
+        return {"output_type": "error", "ename": "TimeoutError",
+                "evalue": "这个单元格运行超时，评分时被中断（评分环境）",
+                "traceback": ["TimeoutError: 这个单元格运行超时，评分时被中断（评分环境）"]}
+    if isinstance(exc, MemoryError):
+        text = "MemoryError: 内存超过评分环境的上限"
+        return {"output_type": "error", "ename": "MemoryError", "evalue": "内存超过评分环境的上限",
+                "traceback": [text]}
+    try:
+        tb = traceback.format_exception(type(exc), exc, exc.__traceback__)
+        tb = [line for line in tb if "grading/runner.py" not in line and "_grader_runner.py" not in line
+              and "IPython/core" not in line]
+    except Exception:
+        tb = [repr(exc)]
+    return {"output_type": "error", "ename": type(exc).__name__, "evalue": str(exc)[:2000],
+            "traceback": [line.rstrip("\n") for line in tb][-30:]}
+
+
+def _limit(text, n=20000):
+    return text if len(text) <= n else text[:n] + "\n……（输出太长，已截断）\n"
+
+
+def main():
+    global CHANNEL_FD
+    nb_path, cell_timeout, max_procs, uid, gid, course_root, fd, mem_mb, nproc, file_mb = sys.argv[1:11]
+    CHANNEL_FD = int(fd)
+    import resource
+    mem = int(mem_mb) * 1024 * 1024
+    resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    fsz = int(file_mb) * 1024 * 1024
+    resource.setrlimit(resource.RLIMIT_FSIZE, (fsz, fsz))
+    if int(nproc) > 0:
+        resource.setrlimit(resource.RLIMIT_NPROC, (int(nproc), int(nproc)))
+    cell_timeout = float(cell_timeout)
+    _state["max_forks"] = int(max_procs)
+    _state["course_root"] = course_root.rstrip(os.sep) if course_root != "-" else ""
+    uid, gid = int(uid), int(gid)
+    if uid >= 0:
+        os.setgroups([])
+        os.setgid(gid)
+        os.setuid(uid)
+    os.chdir(os.path.dirname(os.path.abspath(nb_path)))
+    # 和 Jupyter 内核一样：当前目录可以导入（lib/ 的副本就在这里），本脚本所在目录不行
+    sys.path[:] = [""] + [p for p in sys.path[1:]]
+    _state["scratch"] = os.getcwd()
+    stdin = sys.stdin.buffer
+    sys.stdin = io.StringIO("")  # 学生代码读不到控制通道
+
+    with open(nb_path, encoding="utf-8") as f:
+        nb = json.load(f)
+    cells = nb["cells"]
+
+    from IPython.core.interactiveshell import InteractiveShell
+    from IPython.utils.capture import capture_output
+    shell = InteractiveShell.instance()
+    shell.showtraceback = lambda *a, **k: None
+    shell.showsyntaxerror = lambda *a, **k: None
+    shell.displayhook.write_output_prompt = lambda *a, **k: None
+    shell.displayhook.write_format_data = lambda *a, **k: None
+    shell.user_ns["__name__"] = "__main__"
+
+    # 先导入常用的数值库，这样学生在第一个单元格里替换 np.allclose 也能被发现
+    import numpy  # noqa: F401
+    import numpy.testing  # noqa: F401
+    import math  # noqa: F401
+    all_src = "\n".join("".join(c["source"]) if isinstance(c.get("source"), list) else (c.get("source") or "")
+                        for c in cells)
+    # 用到 torch（或导入 lib.transformer，它会导入 torch）时先导入：导入时间不算进单元格的超时
+    import re
+    import_lines = "\n".join(line for line in all_src.splitlines() if re.match(r"\s*(import|from)\s", line))
+    if re.search(r"\btorch\b|\blib\.(transformer|rnn|experiments|demos_\w+)\b|\bfrom\s+lib\s+import\b",
+                 import_lines):
+        import torch  # noqa: F401
+        import torch.testing  # noqa: F401
+    watchdog = Watchdog()
+    watchdog.start()
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+    sys.addaudithook(_audit)
+    snap_before = None
+    send({"ev": "ready", "pid": os.getpid()})
+
+    for i, cell in enumerate(cells):
+        if cell.get("cell_type") != "code":
+            continue
+        src = cell.get("source", "")
+        if isinstance(src, list):
+            src = "".join(src)
+        if snap_before is None:
+            snap_before = _snapshot()
+        send({"ev": "start", "cell": i})
+        outputs = []
+        t0 = _monotonic()
+        _state["phase"] = "student"
+        watchdog.arm(cell_timeout)
+        result = None
+        cap = None
+        exc = None
+        try:
+            with capture_output() as cap:
+                try:
+                    result = shell.run_cell(src, store_history=True, silent=False)
+                finally:
+                    _restore_builtins()
+        except BaseException as e:  # 中断落在 run_cell 之外
+            exc = e
+        _restore_builtins()
+        watchdog.disarm()
+        if _state["child"]:
+            os._exit(0)  # 学生 fork 出来的子进程：不许它继续跑评分流程
+        _state["phase"] = "runner"
+        timed_out = watchdog.fired
+        if cap is not None:
+            if cap.stdout:
+                outputs.append({"output_type": "stream", "name": "stdout", "text": _limit(cap.stdout)})
+            if cap.stderr:
+                outputs.append({"output_type": "stream", "name": "stderr", "text": _limit(cap.stderr)})
+            for out in cap.outputs[:20]:
+                try:
+                    data = {k: v for k, v in out.data.items() if isinstance(v, str)}
+                    outputs.append({"output_type": "display_data", "data": data, "metadata": {}})
+                except Exception:
+                    pass
+        if result is not None:
+            err = result.error_before_exec or result.error_in_exec
+            if err is not None:
+                exc = err
+            elif result.result is not None:
+                try:
+                    text = repr(result.result)
+                except BaseException as e:
+                    text = f"<repr 出错：{type(e).__name__}>"
+                outputs.append({"output_type": "execute_result", "execution_count": result.execution_count,
+                                "data": {"text/plain": _limit(text, 5000)}, "metadata": {}})
+        if exc is not None:
+            outputs.append(_error_output(exc, timed_out=timed_out and isinstance(exc, KeyboardInterrupt)))
+        send({"ev": "end", "cell": i, "outputs": outputs, "seconds": round(_monotonic() - t0, 3),
+              "timed_out": bool(timed_out), "memory": isinstance(exc, MemoryError),
+              "execution_count": getattr(result, "execution_count", None)})
+
+    _state["phase"] = "runner"
+    changed = _diff_snapshot(snap_before) if snap_before is not None else []
+    changed += ["builtins." + k for k in sorted(_PATCHED_BUILTINS) if "builtins." + k not in changed]
+    try:  # 学生自己定义、改写了 __eq__ 的类（“永远相等”的把戏）
+        for name, val in list(shell.user_ns.items()):
+            cls = val if isinstance(val, type) else type(val)
+            if getattr(cls, "__module__", None) == "__main__" and (
+                    "__eq__" in vars(cls) or "__bool__" in vars(cls) or "__array__" in vars(cls)):
+                _flag("eq", f"{cls.__name__}.__eq__")
+    except Exception:
+        pass
+    send({"ev": "cells_done"})
+
+    # 学生代码已经跑完：现在才拿到 nonce、种子和探针
+    line = stdin.readline()
+    try:
+        ctl = json.loads(line)
+    except Exception:
+        send({"ev": "done"})
+        return
+    probes_ns = {"__name__": "grading_probes"}
+    records = {}
+    try:
+        exec(compile(ctl["probes_source"], "probes.py", "exec"), probes_ns)
+        probes = probes_ns["PROBES"]
+    except BaseException as e:
+        probes = {}
+        records["__error__"] = f"probes.py 无法加载：{type(e).__name__}: {e}"
+    user_ns = shell.user_ns
+    seed = int(ctl["seed"])
+    for gid_ in ctl["grade_ids"]:
+        fn = probes.get(gid_)
+        if fn is None:
+            records[gid_] = {"error": "没有这个 grade_id 的探针"}
+            continue
+        _state["phase"] = "probe"
+        watchdog.arm(float(ctl.get("probe_timeout", cell_timeout)))
+        try:
+            with capture_output():
+                rec = fn(user_ns, seed)
+            records[gid_] = json.loads(_dumps(rec, default=lambda o: f"<不可序列化：{type(o).__name__}>",
+                                              allow_nan=True))
+        except BaseException as e:
+            if watchdog.fired:
+                records[gid_] = {"error": "探针超时（学生函数运行太久）"}
+            else:
+                records[gid_] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
+        watchdog.disarm()
+        if _state["child"]:
+            os._exit(0)
+    _state["phase"] = "runner"
+    send({"ev": "record", "nonce": ctl["nonce"], "records": records, "changed": changed,
+          "flags": _state["flags"], "forks": _state["forks"]})
+    send({"ev": "done", "nonce": ctl["nonce"]})
+
+
+if __name__ == "__main__":
+    main()
+    sys.stdout.flush()
+    os._exit(0)

@@ -1,0 +1,358 @@
+"""在课程目录之外的临时副本里、在 bubblewrap 沙箱中执行一份学生 notebook。
+
+保证（有 bwrap 时）：
+- 学生代码看不到课程目录（gradebook.db、source/、solutions/、lib/grading/ 都被一层空的 tmpfs 盖住）、
+  看不到原始提交文件夹、其他学生的临时副本（/tmp 是新的空 tmpfs）和评分人的家目录；没有网络；
+  以 root 评分时（bwrap 允许的话）切换到每个并行槽位自己的 uid，进程数上限（RLIMIT_NPROC）因此真正生效；
+  容器里的 bwrap 不能切换 uid 时，学生代码在沙箱里是没有任何 capability 的 root，进程数只靠审计钩子限制。
+- 每个单元格有超时（先中断，不响应再整体杀掉），内存上限（RLIMIT_AS），进程数上限，文件大小上限。
+没有 bwrap 时仍然成立的只有：临时副本在课程目录之外、不含 lib/grading/ 和答案、资源上限（root 身份下
+进程数上限只靠审计钩子）；学生代码可以用绝对路径读写评分人能读写的任何文件、可以联网。
+这类访问会被审计钩子记录并标记为可疑，但无法阻止。分数仍然只由干净进程里的检查给出。
+"""
+from __future__ import annotations
+
+import json
+import os
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+RUNNER_SOURCE = (Path(__file__).with_name("runner.py")).read_text(encoding="utf-8")
+SANDBOX_WORKDIR = "/tmp/submission"
+SANDBOX_RUNNER = "/tmp/_grader_runner.py"
+UID_BASE = 61000
+
+NO_BWRAP_MESSAGE = (
+    "未找到可用的 bubblewrap（bwrap）：学生代码将直接在临时副本里运行，没有文件系统和网络隔离。"
+    "分数仍然只由干净进程里的检查给出，但学生代码可以用绝对路径读取评分人能读到的文件。"
+    "安装方法：sudo apt-get install bubblewrap")
+
+
+@dataclass
+class Limits:
+    cell_timeout: float = 120.0      # 每个单元格的秒数（torch 单元格在慢机器上也够用）
+    memory_mb: int = 4096            # RLIMIT_AS（虚拟内存）；导入 torch 大约需要 1.5 GB 虚拟地址空间
+    max_procs: int = 64              # 同一 uid 的进程+线程数上限
+    max_forks: int = 16              # 审计钩子允许学生代码创建的子进程数
+    file_mb: int = 256               # 单个文件大小上限
+    grace: float = 10.0              # 超时后等待中断生效的秒数，之后整体杀掉
+
+
+@dataclass
+class ExecResult:
+    outputs: dict = field(default_factory=dict)        # cell index -> list of outputs
+    exec_counts: dict = field(default_factory=dict)
+    timed_out_cells: list = field(default_factory=list)
+    memory_cells: list = field(default_factory=list)
+    records: dict | None = None
+    changed: list = field(default_factory=list)
+    flags: list = field(default_factory=list)
+    forks: int = 0
+    junk: int = 0                                      # 通道上不属于本次运行的数据行数
+    crashed: bool = False
+    killed_for_timeout: bool = False
+    fail_cell: int | None = None                       # 崩溃/被杀时正在运行的单元格
+    stderr_tail: str = ""
+    seconds: float = 0.0
+    timings: dict = field(default_factory=dict)               # 各阶段到达的时刻（秒，从启动算起）
+
+
+_BWRAP_CACHE: dict = {}
+
+
+def bwrap_status() -> tuple[bool, str]:
+    """(能否使用 bwrap, 说明)。结果缓存在进程里。"""
+    if "v" in _BWRAP_CACHE:
+        return _BWRAP_CACHE["v"]
+    exe = shutil.which("bwrap")
+    if exe is None:
+        res = (False, NO_BWRAP_MESSAGE)
+    else:
+        cmd = [exe, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
+               "--unshare-all", "--die-with-parent", "true"]
+        try:
+            p = subprocess.run(cmd, capture_output=True, timeout=30)
+            ok = p.returncode == 0
+            msg = "bubblewrap 可用" if ok else (NO_BWRAP_MESSAGE + "（bwrap 存在但无法运行："
+                                               + p.stderr.decode(errors="replace").strip()[:200] + "）")
+        except Exception as e:  # pragma: no cover
+            ok, msg = False, NO_BWRAP_MESSAGE + f"（{e}）"
+        res = (ok, msg)
+    _BWRAP_CACHE["v"] = res
+    return res
+
+
+def bwrap_can_drop_uid() -> bool:
+    """以 root 身份运行 bwrap 时，沙箱里能否切换到别的 uid（容器里的 bwrap 可能只能建只映射 uid 0 的
+    user namespace，那样切换会失败；这时不切换 uid，进程数上限只靠审计钩子）。"""
+    if "drop" in _BWRAP_CACHE:
+        return _BWRAP_CACHE["drop"]
+    ok = False
+    if os.geteuid() == 0 and bwrap_status()[0]:
+        cmd = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
+               "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--die-with-parent",
+               "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", sys.executable, "-S", "-c",
+               f"import os; os.setgroups([]); os.setgid({UID_BASE}); os.setuid({UID_BASE}); "
+               f"assert os.getuid() == {UID_BASE}"]
+        try:
+            ok = subprocess.run(cmd, capture_output=True, timeout=30).returncode == 0
+        except Exception:  # pragma: no cover
+            ok = False
+    _BWRAP_CACHE["drop"] = ok
+    return ok
+
+
+def _is_under(path: Path, base: Path) -> bool:
+    try:
+        path.resolve().relative_to(base.resolve())
+        return True
+    except ValueError:
+        return False
+
+
+def _count_user_procs(uid: int) -> int:
+    n = 0
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                if os.stat(f"/proc/{d}").st_uid == uid:
+                    n += len(os.listdir(f"/proc/{d}/task"))
+            except OSError:
+                pass
+    return n
+
+
+def _python_readable_by_others() -> bool:
+    """降权后的 uid 能否读到 Python 安装（每一级目录都要对其他人可执行）。"""
+    for base in {Path(sys.prefix), Path(sys.base_prefix), Path(os.path.realpath(sys.executable)).parent}:
+        p = base.resolve()
+        for d in [p, *p.parents]:
+            try:
+                if not os.stat(d).st_mode & 0o001:
+                    return False
+            except OSError:
+                return False
+    return True
+
+
+def prepare_scratch(base: Path, course_root: Path, nb: dict) -> Path:
+    """临时副本：lib/（去掉 lib/grading/）+ 这份 notebook。不含 source/、solutions/、gradebook.db。"""
+    scratch = Path(tempfile.mkdtemp(prefix="sub-", dir=base))
+    work = scratch / "work"
+    work.mkdir()
+    lib_src = course_root / "lib"
+    if lib_src.is_dir():
+        shutil.copytree(lib_src, work / "lib",
+                        ignore=lambda d, names: [n for n in names if n in ("grading", "__pycache__")
+                                                 or n.endswith(".pyc")])
+    (work / "submission.ipynb").write_text(json.dumps(nb, ensure_ascii=False), encoding="utf-8")
+    (scratch / "runner.py").write_text(RUNNER_SOURCE, encoding="utf-8")
+    return scratch
+
+
+def execute(nb: dict, *, course_root: Path, scratch_base: Path, hide: list[Path], limits: Limits,
+            slot: int, control: dict, use_bwrap: bool) -> ExecResult:
+    """执行 notebook 的全部代码单元格，再在同一个内核里运行探针。control 是学生单元格跑完后才发送的控制消息
+    （nonce、seed、probes_source、grade_ids）。"""
+    res = ExecResult()
+    t_start = time.monotonic()
+    scratch = prepare_scratch(scratch_base, course_root, nb)
+    work = scratch / "work"
+    is_root = os.geteuid() == 0
+    drop_uid = -1
+    if is_root and ((use_bwrap and bwrap_can_drop_uid()) or (not use_bwrap and _python_readable_by_others())):
+        drop_uid = UID_BASE + slot
+        for dirpath, dirnames, filenames in os.walk(work):
+            os.chown(dirpath, drop_uid, drop_uid)
+            for fn in filenames:
+                os.chown(os.path.join(dirpath, fn), drop_uid, drop_uid)
+    if use_bwrap:
+        nb_path, runner_path, root_arg = f"{SANDBOX_WORKDIR}/submission.ipynb", SANDBOX_RUNNER, str(course_root)
+    else:
+        nb_path, runner_path, root_arg = str(work / "submission.ipynb"), str(scratch / "runner.py"), str(course_root)
+
+    r_fd, w_fd = os.pipe()
+    os.set_inheritable(w_fd, True)
+    nproc_limit = -1  # 以 root 身份且不降权时 RLIMIT_NPROC 对 root 无效，不设
+    if drop_uid >= 0:
+        nproc_limit = limits.max_procs
+    elif not is_root:
+        nproc_limit = _count_user_procs(os.geteuid()) + limits.max_procs
+    # 资源上限由 runner 在执行任何学生代码之前对自己设置（软硬上限相同，学生代码无法再调高）；
+    # 不用 preexec_fn，这样 subprocess 可以用 vfork，评分进程很大时启动快得多
+    runner_args = [nb_path, str(limits.cell_timeout), str(limits.max_forks), str(drop_uid), str(drop_uid),
+                   root_arg, str(w_fd), str(limits.memory_mb), str(nproc_limit), str(limits.file_mb)]
+    py = sys.executable
+    if use_bwrap:
+        cmd = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--perms", "1777",
+               "--tmpfs", "/tmp"]
+        hidden = []
+        for h in [course_root, Path.home(), scratch_base, *hide]:
+            h = Path(h).resolve()
+            if h.is_dir() and str(h) != "/" and not any(_is_under(h, x) for x in hidden):
+                hidden.append(h)
+        for h in hidden:
+            cmd += ["--tmpfs", str(h)]
+        rebind = set()
+        for p in (sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(sys.executable))):
+            p = Path(p).resolve()
+            if any(_is_under(p, h) for h in hidden):
+                rebind.add(p if p.name != "bin" else p.parent)
+        made = set()
+        for p in sorted(rebind, key=lambda x: len(str(x))):
+            for a in reversed(p.parents):  # 中间目录要对降权后的 uid 可进入
+                if any(_is_under(a, h) and a != h for h in hidden) and a not in made:
+                    cmd += ["--perms", "0755", "--dir", str(a)]
+                    made.add(a)
+            cmd += ["--ro-bind", str(p), str(p)]
+        cmd += ["--bind", str(work), SANDBOX_WORKDIR, "--ro-bind", str(scratch / "runner.py"), SANDBOX_RUNNER,
+                "--chdir", SANDBOX_WORKDIR, "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts",
+                "--unshare-cgroup-try", "--die-with-parent", "--new-session"]
+        if drop_uid >= 0:
+            cmd += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+        else:
+            cmd += ["--unshare-user-try"]
+        cmd += [py, "-u", runner_path, *runner_args]
+        home = SANDBOX_WORKDIR
+    else:
+        cmd = [py, "-u", runner_path, *runner_args]
+        home = str(work)
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": home, "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
+        "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MPLBACKEND": "Agg",
+        "MPLCONFIGDIR": "/tmp/mpl" if use_bwrap else str(scratch / "mpl"), "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONHASHSEED": "0", "CI": "true", "TQDM_DISABLE": "1", "PYTHONNOUSERSITE": "1",
+        "XDG_CACHE_HOME": "/tmp/cache" if use_bwrap else str(scratch / "cache"),
+    }
+
+    errf = open(scratch / "stderr.txt", "wb")
+    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=errf, env=env,
+                            pass_fds=(w_fd,), start_new_session=True,
+                            cwd=str(work))
+    os.close(w_fd)
+    n_code = sum(1 for c in nb["cells"] if c.get("cell_type") == "code")
+    total_budget = (n_code + len(control.get("grade_ids", [])) + 2) * limits.cell_timeout + 60
+    deadline_total = time.monotonic() + total_budget
+    cell_started: tuple[int, float] | None = None
+    in_probes_since = None
+    buf = b""
+    total_bytes = 0
+    got_done = False
+    cells_done = False
+    killed = False
+
+    def kill():
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    try:
+        while True:
+            now = time.monotonic()
+            if cell_started is not None and now - cell_started[1] > limits.cell_timeout + limits.grace:
+                res.fail_cell = cell_started[0]
+                res.killed_for_timeout = True
+                killed = True
+                kill()
+                break
+            if in_probes_since is not None and now - in_probes_since > (
+                    len(control.get("grade_ids", [])) + 1) * (limits.cell_timeout + limits.grace):
+                res.killed_for_timeout = True
+                killed = True
+                kill()
+                break
+            if now > deadline_total:
+                res.killed_for_timeout = True
+                res.fail_cell = cell_started[0] if cell_started else None
+                killed = True
+                kill()
+                break
+            ready, _, _ = select.select([r_fd], [], [], 0.5)
+            if not ready:
+                continue
+            chunk = os.read(r_fd, 65536)
+            if not chunk:
+                break
+            total_bytes += len(chunk)
+            if total_bytes > 64 * 1024 * 1024:
+                res.flags.append(["channel", "输出过多"])
+                killed = True
+                kill()
+                res.crashed = True
+                break
+            buf += chunk
+            while b"\n" in buf:
+                line, buf = buf.split(b"\n", 1)
+                try:
+                    ev = json.loads(line)
+                    kind = ev["ev"]
+                except Exception:
+                    res.junk += 1
+                    continue
+                if kind in ("ready", "cells_done", "record", "done") and kind not in res.timings:
+                    res.timings[kind] = round(time.monotonic() - t_start, 3)
+                if kind == "start" and not cells_done:
+                    cell_started = (int(ev["cell"]), time.monotonic())
+                elif kind == "end" and not cells_done:
+                    idx = int(ev["cell"])
+                    res.outputs[idx] = ev.get("outputs", [])
+                    res.exec_counts[idx] = ev.get("execution_count")
+                    if ev.get("timed_out"):
+                        res.timed_out_cells.append(idx)
+                    if ev.get("memory"):
+                        res.memory_cells.append(idx)
+                    cell_started = None
+                elif kind == "cells_done" and not cells_done:
+                    cells_done = True
+                    cell_started = None
+                    in_probes_since = time.monotonic()
+                    try:
+                        proc.stdin.write((json.dumps(control) + "\n").encode())
+                        proc.stdin.flush()
+                    except (BrokenPipeError, OSError):
+                        pass
+                elif kind == "record" and cells_done and ev.get("nonce") == control["nonce"] \
+                        and res.records is None:
+                    res.records = ev.get("records") or {}
+                    res.changed = list(ev.get("changed") or [])
+                    res.flags.extend(ev.get("flags") or [])
+                    res.forks = int(ev.get("forks") or 0)
+                elif kind == "done" and ev.get("nonce") == control["nonce"] and res.records is not None:
+                    got_done = True
+                elif kind == "ready":
+                    pass
+                else:
+                    res.junk += 1
+    finally:
+        try:
+            proc.stdin.close()
+        except OSError:
+            pass
+        if not got_done:
+            kill()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:  # pragma: no cover
+            kill()
+            proc.wait()
+        kill()  # 学生留下的后台进程（同一进程组）
+        os.close(r_fd)
+        errf.close()
+        try:
+            res.stderr_tail = (scratch / "stderr.txt").read_text(errors="replace")[-1500:]
+        except OSError:
+            pass
+        shutil.rmtree(scratch, ignore_errors=True)
+    if not got_done and not killed:
+        res.crashed = True
+        res.fail_cell = cell_started[0] if cell_started else None
+    res.seconds = time.monotonic() - t_start
+    return res
