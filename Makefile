@@ -57,7 +57,8 @@ stamp-badges: setup
 	$(PY) -m lib.tools.badges --write
 
 bench: setup
-	$(PY) tests/benchmarks/bench_mini_gpt.py
+	$(PY) tests/benchmarks/bench_mini_gpt.py --full
+	$(PY) tests/benchmarks/bench_grading.py --n 40
 
 # 助教：make grade A=exercises S=downloads/submissions.zip JOBS=2
 grade: setup
