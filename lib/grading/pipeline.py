@@ -20,6 +20,7 @@ import secrets
 import shutil
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
@@ -311,11 +312,27 @@ def run(opts: Options) -> list[Row]:
         "checks_module": opts.checks_module, "probes_file": str(opts.probes_file),
         "use_bwrap": opts.use_bwrap}, ensure_ascii=False, indent=1), encoding="utf-8")
     db_url = "sqlite:///" + str(course / "gradebook.db")
-    try:
-        gradebook_io.ensure_assignment(db_url, opts.assignment, release)
-    except RuntimeError as e:
-        raise SystemExit(f"gradebook.db 里的作业结构和现在的 release/ 不一致，而且已经有提交（{e}）。"
-                         "如果 release/ 是有意修改的，请先备份并删除 gradebook.db 再评分。")
+    # 新建 gradebook 里的作业结构要一两秒：放到后台线程里，和第一批提交的执行重叠（执行在子进程里，
+    # 不占 GIL）；主线程第一次写分数之前等它完成。结构不一致时照样在写任何分数之前退出。
+    setup_error: list = []
+
+    def _setup_gradebook():
+        try:
+            gradebook_io.ensure_assignment(db_url, opts.assignment, release)
+        except Exception as e:  # noqa: BLE001 —— 交给主线程报告
+            setup_error.append(e)
+
+    setup_thread = threading.Thread(target=_setup_gradebook, daemon=True)
+    setup_thread.start()
+
+    def _gradebook_ready():
+        setup_thread.join()
+        if setup_error:
+            e = setup_error[0]
+            if isinstance(e, RuntimeError):
+                raise SystemExit(f"gradebook.db 里的作业结构和现在的 release/ 不一致，而且已经有提交（{e}）。"
+                                 "如果 release/ 是有意修改的，请先备份并删除 gradebook.db 再评分。")
+            raise e
 
     bw_ok, bw_msg = sandbox.bwrap_status()
     use_bwrap = bw_ok if opts.use_bwrap is None else (opts.use_bwrap and bw_ok)
@@ -382,6 +399,15 @@ def run(opts: Options) -> list[Row]:
         return it, repaired, rnotes, state, verdict, agnb, unanswered
 
     t0 = time.monotonic()
+    pool = ThreadPoolExecutor(max_workers=max(1, opts.jobs))
+    futs = [pool.submit(work, it) for it in todo]  # 执行先开始，gradebook 在后台准备
+    try:
+        _gradebook_ready()
+    except BaseException:
+        for f in futs:
+            f.cancel()
+        pool.shutdown(wait=True)
+        raise
     gb = gradebook_io.open_gradebook(db_url)
     uncommitted = 0
     bar = None
@@ -389,8 +415,7 @@ def run(opts: Options) -> list[Row]:
         from tqdm.auto import tqdm
         bar = tqdm(total=len(todo), desc="评分", unit="份", file=sys.stderr, dynamic_ncols=True)
     try:
-        with ThreadPoolExecutor(max_workers=max(1, opts.jobs)) as pool:
-            futs = [pool.submit(work, it) for it in todo]
+        with pool:
             for fut in as_completed(futs):
                 try:
                     it, repaired, rnotes, state, verdict, agnb, unanswered = fut.result()
