@@ -16,8 +16,10 @@ from nbclient import NotebookClient
 
 def run(path: Path, timeout: int = 900) -> float:
     nb = nbformat.read(path, as_version=4)
+    for cell in nb.cells:  # 不保存执行时间戳：否则每次重新执行都会改动所有单元格
+        cell.metadata.pop("execution", None)
     start = time.perf_counter()
-    client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
+    client = NotebookClient(nb, timeout=timeout, kernel_name="python3", record_timing=False,
                             resources={"metadata": {"path": str(path.parent)}})
     client.execute()
     elapsed = time.perf_counter() - start
