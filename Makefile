@@ -10,7 +10,6 @@ export PYTHONPATH := $(CURDIR)
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 # 小模型在 CPU 上单线程更快，也避免两个测试进程抢同一个核
 export OMP_NUM_THREADS ?= 1
-export MPLBACKEND ?= Agg
 
 .PHONY: setup system-deps lab test test-fast nbval notebooks release bench grade clean-student-data stamp-badges
 

@@ -27,7 +27,7 @@ import os
 import queue as queue_module
 import time
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -118,6 +118,11 @@ def gpt_spec(pos: str = "learned", seed: int = 0, model_args=(), **changes) -> R
     extra = tuple(model_args.items() if isinstance(model_args, dict) else model_args)
     label = f"GPT pos={pos} seed={seed}" + "".join(f" {k}={v}" for k, v in extra)
     return RunSpec(model="gpt", model_args=(("pos", pos),) + extra, seed=seed, label=label, **changes)
+
+
+def replace_spec(spec: RunSpec, **changes) -> RunSpec:
+    """复制一份设定，只改 changes 里的字段，例如 replace_spec(spec, modifier_probs=(0.6, 0.4))（练习 10）。"""
+    return replace(spec, **changes)
 
 
 def rnn_spec(seed: int = 0, **changes) -> RunSpec:

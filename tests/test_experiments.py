@@ -297,3 +297,11 @@ def test_moving_average():
     xs = [float(x) for x in range(10)]
     assert moving_average(xs, 3) == pytest.approx([0, 0.5, 1, 2, 3, 4, 5, 6, 7, 8])
     assert moving_average(xs, 1) == xs
+
+
+def test_replace_spec_changes_only_the_given_fields():
+    from lib import experiments as ex
+    base = ex.gpt_spec("learned")
+    short = ex.replace_spec(base, modifier_probs=(0.6, 0.4), model_args=(("pos", "rope"),), label="x")
+    assert short.modifier_probs == (0.6, 0.4) and dict(short.model_args) == {"pos": "rope"}
+    assert short.epochs == base.epochs and ex.cache_key(short) != ex.cache_key(base)

@@ -200,15 +200,19 @@ def execute(nb: dict, *, course_root: Path, scratch_base: Path, hide: list[Path]
                 hidden.append(h)
         for h in hidden:
             cmd += ["--tmpfs", str(h)]
+        # Python 本身（venv 和它指向的解释器）可能就在被盖住的目录里（课程目录里的 .venv、家目录里的
+        # pyenv、/tmp 下的克隆）：把它们只读地挂回原处，否则沙箱里找不到解释器。
+        covered = hidden + [Path("/tmp").resolve()]
         rebind = set()
-        for p in (sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(sys.executable))):
+        for p in (sys.prefix, sys.base_prefix, os.path.dirname(sys.executable),
+                  os.path.dirname(os.path.realpath(sys.executable))):
             p = Path(p).resolve()
-            if any(_is_under(p, h) for h in hidden):
+            if any(_is_under(p, h) for h in covered):
                 rebind.add(p if p.name != "bin" else p.parent)
         made = set()
         for p in sorted(rebind, key=lambda x: len(str(x))):
             for a in reversed(p.parents):  # 中间目录要对降权后的 uid 可进入
-                if any(_is_under(a, h) and a != h for h in hidden) and a not in made:
+                if any(_is_under(a, h) and a != h for h in covered) and a not in made:
                     cmd += ["--perms", "0755", "--dir", str(a)]
                     made.add(a)
             cmd += ["--ro-bind", str(p), str(p)]
