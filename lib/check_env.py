@@ -18,6 +18,18 @@ from importlib import metadata
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def _short_path(path) -> str:
+    """课程目录里的路径写成相对路径（如 .venv/bin/python），别处的路径原样显示。"""
+    p = Path(path)
+    try:
+        return str(p.relative_to(REPO_ROOT))
+    except ValueError:
+        try:
+            return str(p.resolve().relative_to(REPO_ROOT.resolve()))
+        except ValueError:
+            return str(p)
 REQUIREMENTS = REPO_ROOT / "requirements.txt"
 MIN_PYTHON = (3, 10)
 # 运行 notebook 必需的包：Colab 上只检查这些（JupyterLab、nbgrader、nbval 在 Colab 上用不到）
@@ -109,7 +121,7 @@ def collect(pins: dict[str, str] | None = None, on_colab: bool | None = None,
     on_colab = ("google.colab" in sys.modules) if on_colab is None else on_colab
     items = []
     py = sys.version_info
-    py_text = f"{py.major}.{py.minor}.{py.micro}（{sys.executable}）"
+    py_text = f"{py.major}.{py.minor}.{py.micro}（{_short_path(sys.executable)}）"
     if (py.major, py.minor) < MIN_PYTHON:
         items.append(Item(FAIL, "Python", f"{py_text}：需要 ≥ {MIN_PYTHON[0]}.{MIN_PYTHON[1]}"))
     else:
@@ -175,7 +187,7 @@ def main(argv=None) -> int:
         print(f"环境检查通过：Python {sys.version_info.major}.{sys.version_info.minor}，"
               f"{len(items) - 1} 项依赖都在且版本对。")
         return 0
-    where = "Colab（只检查运行 notebook 需要的包）" if on_colab else sys.prefix
+    where = "Colab（只检查运行 notebook 需要的包）" if on_colab else _short_path(sys.prefix)
     print(f"环境检查（{where}）")
     width = max(_width(i.name) for i in items)
     for i in items:
