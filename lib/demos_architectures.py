@@ -34,6 +34,7 @@ from lib.transformer import (
     scaled_dot_product_attention,
     torch_threads,
     train_lm,
+    train_steps,
     warmup_cosine,
 )
 
@@ -181,19 +182,13 @@ def train_reverser(steps: int = 400, batch_size: int = 64, max_lr: float = 3e-3,
     model = EncoderDecoder(REVERSE_VOCAB, REVERSE_VOCAB, **REVERSE_MODEL)
     gen = torch.Generator().manual_seed(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=max_lr, betas=(0.9, 0.95), weight_decay=0.0)
-    losses = []
-    model.train()
+
+    def step_loss(step):
+        src, tgt_in, tgt_out = reverse_batch(batch_size, gen)
+        return model(src, tgt_in, tgt_out, src_pad_mask=src != REVERSE_PAD).loss
+
     with torch_threads(threads):
-        for step in range(steps):
-            for group in opt.param_groups:
-                group["lr"] = warmup_cosine(step, max_lr, warmup_steps, steps)
-            src, tgt_in, tgt_out = reverse_batch(batch_size, gen)
-            loss = model(src, tgt_in, tgt_out, src_pad_mask=src != REVERSE_PAD).loss
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            losses.append(loss.item())
+        losses = train_steps(model, opt, step_loss, steps, max_lr, warmup_steps, grad_clip=1.0)
     model.eval()
     return model, losses
 
@@ -340,26 +335,20 @@ def _train_steps(model, train_seqs, steps, *, max_lr, warmup_steps, seed, loss_f
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": weight_decay},
                              {"params": no_decay, "weight_decay": 0.0}], lr=max_lr, betas=betas)
-    losses, step = [], 0
-    model.train()
-    while step < steps:
-        for x, y in batches(train_seqs, batch_size, PAD_ID, shuffle=True, generator=gen):
-            if step >= steps:
-                break
-            for group in opt.param_groups:
-                group["lr"] = warmup_cosine(step, max_lr, warmup_steps, steps)
-            logits = model(x).logits  # (B, T, V)
-            if loss_fn is None:
-                loss = F.cross_entropy(logits.flatten(0, 1), y.flatten(), ignore_index=-100)
-            else:
-                loss = loss_fn(logits.flatten(0, 1), y.flatten())
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            if grad_clip:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
-            opt.step()
-            losses.append(loss.item())
-            step += 1
+    def stream():  # 一轮接一轮地取批
+        while True:
+            yield from batches(train_seqs, batch_size, PAD_ID, shuffle=True, generator=gen)
+
+    data = stream()
+
+    def step_loss(step):
+        x, y = next(data)
+        logits = model(x).logits.flatten(0, 1)  # (B·T, V)
+        if loss_fn is None:
+            return F.cross_entropy(logits, y.flatten(), ignore_index=-100)
+        return loss_fn(logits, y.flatten())
+
+    losses = train_steps(model, opt, step_loss, steps, max_lr, warmup_steps, grad_clip)
     model.eval()
     return losses
 

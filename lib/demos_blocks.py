@@ -34,6 +34,7 @@ from .transformer import (
     sinusoidal_positions,
     sinusoidal_shift_matrix,
     torch_threads,
+    train_steps,
     warmup_cosine,
 )
 
@@ -267,17 +268,13 @@ def train_retrieval(n_heads: int, seed: int = 0, steps: int = 400, batch_size: i
     model = RetrievalNet(n_heads)
     gen = torch.Generator().manual_seed(1000 + seed)  # 训练数据
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
-    model.train()
+    def step_loss(step):
+        x, y = retrieval_batch(gen, batch_size, model.seq_len, model.vocab_size, model.offsets)
+        logits, _ = model(x)
+        return F.cross_entropy(logits.reshape(-1, model.vocab_size), y.reshape(-1), ignore_index=-100)
+
     with torch_threads(1):
-        for step in range(steps):
-            for group in opt.param_groups:
-                group["lr"] = warmup_cosine(step, lr, warmup_steps, steps)
-            x, y = retrieval_batch(gen, batch_size, model.seq_len, model.vocab_size, model.offsets)
-            logits, _ = model(x)
-            loss = F.cross_entropy(logits.reshape(-1, model.vocab_size), y.reshape(-1), ignore_index=-100)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
+        train_steps(model, opt, step_loss, steps, lr, warmup_steps)
         model.eval()
         acc = retrieval_accuracy(model)
     return model, acc
@@ -425,21 +422,12 @@ def train_depth_variant(variant: str, steps: int = 300, batch_size: int = 32, lr
     eval_x, eval_y = offset_batch(torch.Generator().manual_seed(99), 500, cfg.max_len, cfg.vocab_size, offset)
     gen = torch.Generator().manual_seed(1000 + seed)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
-    losses = []
     with torch_threads(1):
         model.eval()
         collapse = collapse_score(model, eval_x)
-        model.train()
-        for step in range(steps):
-            for group in opt.param_groups:
-                group["lr"] = warmup_cosine(step, lr, warmup_steps, steps)
-            x, y = offset_batch(gen, batch_size, cfg.max_len, cfg.vocab_size, offset)
-            loss = model(x, y).loss
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            losses.append(loss.item())
+        losses = train_steps(
+            model, opt, lambda step: model(*offset_batch(gen, batch_size, cfg.max_len, cfg.vocab_size, offset)).loss,
+            steps, lr, warmup_steps, grad_clip=1.0)
         model.eval()
         with torch.no_grad():
             pred = model(eval_x).logits.argmax(dim=-1)  # (B, T)

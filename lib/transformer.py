@@ -518,6 +518,25 @@ def warmup_cosine(step: int, max_lr: float, warmup_steps: int, total_steps: int,
     return min_lr + 0.5 * (max_lr - min_lr) * (1.0 + math.cos(math.pi * progress))
 
 
+def train_steps(model, opt, step_loss, steps: int, max_lr: float, warmup_steps: int,
+                grad_clip: float | None = None) -> list[float]:
+    """固定步数的训练循环（§9）：每步按 warmup_cosine 设学习率，step_loss(step) 算出这一步的 loss，
+    反传，（可选）裁剪梯度，更新参数。返回每步的 loss。notebook 里的小实验都用它。"""
+    model.train()
+    losses = []
+    for step in range(steps):
+        for group in opt.param_groups:
+            group["lr"] = warmup_cosine(step, max_lr, warmup_steps, steps)
+        loss = step_loss(step)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if grad_clip:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
 @contextmanager
 def torch_threads(n: int | None):
     """临时设置 PyTorch 的线程数。小模型在 CPU 上单线程往往更快（实测迷你 GPT 快 3.4 倍）。"""

@@ -9,7 +9,7 @@ from lib.transformer import (
     Block, EncoderDecoder, LearnedPositions, MultiHeadAttention, TransformerConfig, TransformerLM,
     apply_rope, block_param_formula, causal_mask, count_parameters, evaluate_perplexity, generate,
     layer_norm, lm_param_formula, scaled_dot_product_attention, self_attention_loop,
-    sinusoidal_positions, sinusoidal_shift_matrix, swiglu_hidden, train_lm, warmup_cosine,
+    sinusoidal_positions, sinusoidal_shift_matrix, swiglu_hidden, train_lm, train_steps, warmup_cosine,
 )
 
 
@@ -305,6 +305,22 @@ def test_training_reduces_perplexity_on_a_tiny_task():
                     dev_seqs=seqs)
     assert hist["dev_ppl"][-1] < before / 3
     assert len(hist["loss"]) == 15 * 4 and max(hist["lr"]) == pytest.approx(3e-3)
+
+
+def test_train_steps_follows_the_schedule_and_learns():
+    model = nn.Linear(4, 1)
+    opt = torch.optim.AdamW(model.parameters(), lr=0.0)
+    x = torch.randn(64, 4)
+    y = x @ torch.tensor([1.0, -2.0, 0.5, 3.0])
+    seen_lr = []
+
+    def step_loss(step):
+        seen_lr.append(opt.param_groups[0]["lr"])
+        return ((model(x).squeeze(-1) - y) ** 2).mean()
+
+    losses = train_steps(model, opt, step_loss, 200, max_lr=0.3, warmup_steps=20, grad_clip=1.0)
+    assert seen_lr == [warmup_cosine(s, 0.3, 20, 200) for s in range(200)]
+    assert len(losses) == 200 and losses[-1] < losses[0] / 10
 
 
 def test_kv_cache_generation_equals_uncached_generation():
