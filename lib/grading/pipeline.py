@@ -360,7 +360,7 @@ def run(opts: Options) -> list[Row]:
     if Path(opts.submissions).is_file():
         hide = [Path(opts.submissions).resolve().parent]
     scratch_base = Path(tempfile.mkdtemp(prefix="lecture07-grading-"))
-    if repair_is_under(scratch_base, course):
+    if sandbox.is_under(scratch_base, course):
         raise SystemExit("临时目录在课程目录里面（TMPDIR），请把 TMPDIR 设到课程目录之外。")
     slots: queue.Queue = queue.Queue()
     for s in range(max(1, opts.jobs)):
@@ -481,14 +481,6 @@ def run(opts: Options) -> list[Row]:
     if not opts.quiet:
         print(summary(rows, time.monotonic() - t0, use_bwrap))
     return rows
-
-
-def repair_is_under(path: Path, base: Path) -> bool:
-    try:
-        path.resolve().relative_to(base.resolve())
-        return True
-    except ValueError:
-        return False
 
 
 def write_csv(path: Path, rows: list[Row]) -> None:

@@ -109,7 +109,7 @@ def bwrap_can_drop_uid() -> bool:
     return ok
 
 
-def _is_under(path: Path, base: Path) -> bool:
+def is_under(path: Path, base: Path) -> bool:
     try:
         path.resolve().relative_to(base.resolve())
         return True
@@ -196,7 +196,7 @@ def execute(nb: dict, *, course_root: Path, scratch_base: Path, hide: list[Path]
         hidden = []
         for h in [course_root, Path.home(), scratch_base, *hide]:
             h = Path(h).resolve()
-            if h.is_dir() and str(h) != "/" and not any(_is_under(h, x) for x in hidden):
+            if h.is_dir() and str(h) != "/" and not any(is_under(h, x) for x in hidden):
                 hidden.append(h)
         for h in hidden:
             cmd += ["--tmpfs", str(h)]
@@ -207,12 +207,12 @@ def execute(nb: dict, *, course_root: Path, scratch_base: Path, hide: list[Path]
         for p in (sys.prefix, sys.base_prefix, os.path.dirname(sys.executable),
                   os.path.dirname(os.path.realpath(sys.executable))):
             p = Path(p).resolve()
-            if any(_is_under(p, h) for h in covered):
+            if any(is_under(p, h) for h in covered):
                 rebind.add(p if p.name != "bin" else p.parent)
         made = set()
         for p in sorted(rebind, key=lambda x: len(str(x))):
             for a in reversed(p.parents):  # 中间目录要对降权后的 uid 可进入
-                if any(_is_under(a, h) and a != h for h in covered) and a not in made:
+                if any(is_under(a, h) and a != h for h in covered) and a not in made:
                     cmd += ["--perms", "0755", "--dir", str(a)]
                     made.add(a)
             cmd += ["--ro-bind", str(p), str(p)]
