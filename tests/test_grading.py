@@ -403,3 +403,19 @@ def test_sandbox_status_message():
         assert "bubblewrap" in msg and "apt-get install bubblewrap" in msg
     else:
         assert msg == "bubblewrap 可用"
+
+
+def test_slow_submissions_are_scheduled_first():
+    """最长处理时间优先：导入 torch（直接或经由 lib 的模型模块）的提交先执行；估计对怪格式的提交也不出错。"""
+    def nb(*sources, cell_type="code"):
+        return {"cells": [{"cell_type": cell_type, "source": s, "metadata": {}} for s in sources]}
+
+    light = nb("import numpy as np\nx = np.ones(3)")
+    heavy = [nb("import torch"), nb(["from lib.transformer import ", "TransformerLM"]),
+             nb("from lib import transformer"), nb("import lib.demos_blocks as demos")]
+    not_heavy = [nb("# import torch  这行是注释\nx = 1"), nb("import torch", cell_type="markdown"),
+                 nb("print('torch')")]
+    assert all(pipeline.estimated_seconds(h) > pipeline.estimated_seconds(light) for h in heavy)
+    assert all(pipeline.estimated_seconds(n) == pipeline.estimated_seconds(light) for n in not_heavy)
+    assert pipeline.estimated_seconds({"cells": [None, 3]}) == pipeline.estimated_seconds(light)
+    assert pipeline.estimated_seconds({"cells": "oops"}) == pipeline.estimated_seconds(light)

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import collect as collect_mod
-from . import gradebook_io, repair, sandbox
+from . import gradebook_io, repair, runner, sandbox
 
 NBG = "nbgrader"
 HERE = Path(__file__).resolve().parent
@@ -264,6 +264,15 @@ def status_of(repair_notes: list, ex: dict, verdict: dict) -> tuple[str, list]:
     return ("+".join(tokens) or "ok"), detail
 
 
+def estimated_seconds(nb: dict) -> float:
+    """粗略估计执行一份提交要几秒（这台 2 核机器上量的：导入 torch 约 1.4 秒，其余约 0.3 秒）。"""
+    try:
+        code = "\n".join(repair._src(c) for c in nb.get("cells", []) if c.get("cell_type") == "code")
+        return 0.3 + (1.4 if runner.imports_torch(code) else 0.0)
+    except Exception:  # noqa: BLE001 —— 只是排序用的估计，格式怪的提交照常评分
+        return 0.3
+
+
 def _safe_name(s: str) -> str:
     return re.sub(r"[^\w.@+-]", "_", s)[:150]
 
@@ -354,7 +363,8 @@ def run(opts: Options) -> list[Row]:
                 qp.write_bytes(it.data)
             rows.append(Row(it.student_id or "", it.notebook or "", None, None, "quarantined",
                             f"{it.reason}；文件：{it.src}"))
-    todo = [it for it in items if it.reason is None]
+    # 慢的先评（最长处理时间优先）：并行时不会在最后只剩一个槽位跑一份慢的、另一个槽位空等
+    todo = sorted((it for it in items if it.reason is None), key=lambda it: -estimated_seconds(it.nb))
 
     hide = [Path(opts.submissions).resolve()]
     if Path(opts.submissions).is_file():
@@ -399,7 +409,9 @@ def run(opts: Options) -> list[Row]:
         return it, repaired, rnotes, state, verdict, agnb, unanswered
 
     t0 = time.monotonic()
-    pool = ThreadPoolExecutor(max_workers=max(1, opts.jobs))
+    # 线程数是槽位数的两倍：一个线程在判分、整理结果时，另一个已经修复好下一份、等着槽位，
+    # 沙箱之间几乎没有空档（同时执行的提交仍然只有 jobs 份，由 slots 限制）
+    pool = ThreadPoolExecutor(max_workers=2 * max(1, opts.jobs))
     futs = [pool.submit(work, it) for it in todo]  # 执行先开始，gradebook 在后台准备
     try:
         _gradebook_ready()

@@ -233,6 +233,14 @@ def _limit(text, n=20000):
     return text if len(text) <= n else text[:n] + "\n……（输出太长，已截断）\n"
 
 
+def imports_torch(source):
+    """这段代码是否导入 torch（直接导入，或导入会导入 torch 的 lib 模块）。评分进程也用它估计一份提交要跑多久。"""
+    import re
+    import_lines = "\n".join(line for line in source.splitlines() if re.match(r"\s*(import|from)\s", line))
+    return bool(re.search(r"\btorch\b|\blib\.(transformer|rnn|experiments|demos_\w+)\b|\bfrom\s+lib\s+import\b",
+                          import_lines))
+
+
 def main():
     global CHANNEL_FD
     nb_path, cell_timeout, max_procs, uid, gid, course_root, fd, mem_mb, nproc, file_mb = sys.argv[1:11]
@@ -280,10 +288,7 @@ def main():
     all_src = "\n".join("".join(c["source"]) if isinstance(c.get("source"), list) else (c.get("source") or "")
                         for c in cells)
     # 用到 torch（或导入 lib.transformer，它会导入 torch）时先导入：导入时间不算进单元格的超时
-    import re
-    import_lines = "\n".join(line for line in all_src.splitlines() if re.match(r"\s*(import|from)\s", line))
-    if re.search(r"\btorch\b|\blib\.(transformer|rnn|experiments|demos_\w+)\b|\bfrom\s+lib\s+import\b",
-                 import_lines):
+    if imports_torch(all_src):
         import torch  # noqa: F401
         import torch.testing  # noqa: F401
     watchdog = Watchdog()

@@ -7,7 +7,12 @@
 并排打印总用时、每份用时和比值。目标：2 个 job 的吞吐量 ≥ 1 个 job 的 1.8 倍，且每份不慢于 nbgrader。
 为了公平，流水线这里不生成反馈（--no-feedback），因为 autograde 也不生成；另外单独报告带反馈的用时。
 
-    OMP_NUM_THREADS=1 PYTHONPATH=. .venv/bin/python tests/benchmarks/bench_grading.py [--n 40] [--notebook 01_attention_by_hand]
+“一份提交”是一个学生的一个 notebook。默认（--notebook all）40 份轮流取自作业里有自动评分的 5 个 notebook
+（01–05），像真实的 LMS 下载一样按 学号/NOTEBOOK.ipynb 存放（8 个学生）：三个只用 numpy，两个导入 torch。
+--notebook 01_attention_by_hand 只用最轻的那个 notebook：每份只要零点几秒，测到的主要是固定开销
+（导入 nbgrader、建 gradebook、写分数），2 个 job 的加速比因此更低。两种都值得看。
+
+    OMP_NUM_THREADS=1 PYTHONPATH=. .venv/bin/python tests/benchmarks/bench_grading.py [--n 40] [--notebook all|NAME]
 
 一切都在临时课程目录里进行，不碰仓库。机器忙的时候数字不可信。
 """
@@ -37,36 +42,51 @@ def make_course(root: Path) -> Path:
     return course
 
 
-def submissions(course: Path, notebook: str, n: int) -> list[tuple[str, bytes]]:
-    rel = gf.load(course / "release" / "exercises" / f"{notebook}.ipynb")
-    sol = gf.load(course / "solutions" / "exercises" / f"{notebook}.ipynb")
-    fx = {f["name"][:3]: f["data"] for f in gf.build_fixtures(rel, sol, notebook, course, "exercises", True)}
-    kinds = ["s01", "s03", "s02", "s04"]  # 正确、部分答错、空白、带打印和警告的正确答案
-    exp = {f["name"][:3]: f["expect_score"] for f in gf.build_fixtures(rel, sol, notebook, course, "exercises", True)}
-    return [(f"student{i:03d}", fx[kinds[i % len(kinds)]], exp[kinds[i % len(kinds)]]) for i in range(n)]
+def submissions(course: Path, notebook: str, n: int) -> list[tuple[str, str, bytes, float]]:
+    """(学号, notebook, 文件内容, 期望分数)。种类轮换：正确、部分答错、空白、带打印和警告的正确答案。"""
+    if notebook == "all":  # 有自动评分单元格的 notebook（06 只有文字题，由助教在 formgrader 里打分）
+        names = [p.stem for p in sorted((course / "release" / "exercises").glob("*.ipynb"))
+                 if gf.test_points(gf.load(p))]
+    else:
+        names = [notebook]
+    kinds = ["s01", "s03", "s02", "s04"]
+    fixtures = {}
+    for name in names:
+        rel = gf.load(course / "release" / "exercises" / f"{name}.ipynb")
+        sol = gf.load(course / "solutions" / "exercises" / f"{name}.ipynb")
+        fixtures[name] = {f["name"][:3]: (f["data"], f["expect_score"])
+                          for f in gf.build_fixtures(rel, sol, name, course, "exercises", True)}
+    out = []
+    for i in range(n):
+        name = names[i % len(names)]
+        data, want = fixtures[name][kinds[(i // len(names) + i) % len(kinds)]]
+        out.append((f"student{i // len(names):03d}", name, data, want))
+    return out
 
 
 def check_ours(course: Path, subs, label: str) -> None:
     """确认每一份都真的评了、分数对：不然计时没有意义。"""
     import csv
-    rows = {r["student_id"]: r for r in csv.DictReader(open(course / "grades.csv", encoding="utf-8"))}
-    bad = [(sid, rows.get(sid, {}).get("score"), want, rows.get(sid, {}).get("status")) for sid, _, want in subs
-           if sid not in rows or float(rows[sid]["score"] or -1) != want or rows[sid]["status"] != "ok"]
+    rows = {(r["student_id"], r["notebook"]): r for r in csv.DictReader(open(course / "grades.csv", encoding="utf-8"))}
+    bad = [(sid, nb, rows.get((sid, nb), {}).get("score"), want, rows.get((sid, nb), {}).get("status"))
+           for sid, nb, _, want in subs
+           if (sid, nb) not in rows or float(rows[(sid, nb)]["score"] or -1) != want
+           or rows[(sid, nb)]["status"] != "ok"]
     if bad:
         raise SystemExit(f"{label}：{len(bad)} 份的分数或状态不对，例如 {bad[:3]}")
 
 
-def check_nbgrader(course: Path, subs, notebook: str) -> None:
+def check_nbgrader(course: Path, subs) -> None:
     sys.path.insert(0, str(REPO))
     from lib.grading.gradebook_io import _patch_alembic
     from nbgrader.api import Gradebook
     _patch_alembic()
     bad = []
     with Gradebook("sqlite:///" + str(course / "gradebook.db")) as gb:
-        for sid, _, want in subs:
-            sn = gb.find_submission_notebook(notebook, "exercises", sid)
+        for sid, nb, _, want in subs:
+            sn = gb.find_submission_notebook(nb, "exercises", sid)
             if abs(sn.score - want) > 1e-9:
-                bad.append((sid, sn.score, want))
+                bad.append((sid, nb, sn.score, want))
     if bad:
         print(f"注意：普通 nbgrader 有 {len(bad)} 份分数和期望不同，例如 {bad[:3]}")
 
@@ -91,7 +111,7 @@ def timed(cmd, cwd, env) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=40)
-    ap.add_argument("--notebook", default="01_attention_by_hand")
+    ap.add_argument("--notebook", default="all", help="all（默认，轮流取作业的全部 notebook）或一个 notebook 名")
     ap.add_argument("--skip-nbgrader", action="store_true")
     args = ap.parse_args()
     py = sys.executable
@@ -103,21 +123,21 @@ def main() -> None:
         subs = submissions(course, args.notebook, args.n)
         zpath = root / "subs.zip"
         with zipfile.ZipFile(zpath, "w") as zf:
-            for sid, data, _ in subs:
-                zf.writestr(f"{sid}/{args.notebook}.ipynb", data)
+            for sid, nb, data, _ in subs:
+                zf.writestr(f"{sid}/{nb}.ipynb", data)
         results = {}
         if not args.skip_nbgrader:
             clean(course)
             # nbgrader 需要作业在 gradebook 里：用它自己的命令（在临时课程里重新生成 release）
             timed([py, "-m", "nbgrader", "generate_assignment", "exercises", "--force", "--log-level=ERROR"],
                   course, env)
-            for sid, data, _ in subs:
+            for sid, nb, data, _ in subs:
                 d = course / "submitted" / sid / "exercises"
-                d.mkdir(parents=True)
-                (d / f"{args.notebook}.ipynb").write_bytes(data)
+                d.mkdir(parents=True, exist_ok=True)
+                (d / f"{nb}.ipynb").write_bytes(data)
             results["nbgrader autograde"] = timed(
                 [py, "-m", "nbgrader", "autograde", "exercises", "--create", "--log-level=ERROR"], course, env)
-            check_nbgrader(course, subs, args.notebook)
+            check_nbgrader(course, subs)
         for jobs, fb in ((1, False), (2, False), (2, True)):
             clean(course)
             cmd = [py, "-m", "lib.grading", "grade", "exercises", "--submissions", str(zpath), "--jobs", str(jobs),
@@ -126,7 +146,8 @@ def main() -> None:
             results[label] = timed(cmd, course, env)
             check_ours(course, subs, label)
     n = args.n
-    print(f"\n{n} 份提交（{args.notebook}），{os.cpu_count()} 个 CPU 核")
+    what = "轮流取自全部 notebook" if args.notebook == "all" else args.notebook
+    print(f"\n{n} 份提交（{what}，{len({s[0] for s in subs})} 个学生），{os.cpu_count()} 个 CPU 核")
     print(f"{'方法':28s} {'总用时 s':>9s} {'每份 s':>8s} {'份/分钟':>8s}")
     for k, v in results.items():
         print(f"{k:28s} {v:9.1f} {v / n:8.2f} {60 * n / v:8.1f}")
