@@ -19,12 +19,14 @@ import builtins
 import io
 import json
 import os
+import re
 import sys
 import threading
 import time
 import traceback
 
 CHANNEL_FD = 3
+SANDBOX_WORKDIR = "/tmp/submission"  # 沙箱里这份提交的工作目录（sandbox.py 用同一个常量挂载）
 _write = os.write
 _exit_now = os._exit
 _dumps = json.dumps
@@ -71,7 +73,7 @@ def _inside_scratch(p):
 def _inside_allowed(path):
     p = os.path.abspath(path)
     # 沙箱里 /tmp 是这一份提交私有的 tmpfs；没有沙箱时 /tmp 是共享的（可能有别的学生的临时副本）
-    private_tmp = _state["scratch"] == "/tmp/submission"
+    private_tmp = _state["scratch"] == SANDBOX_WORKDIR
     for base in (_state["scratch"], "/tmp" if private_tmp else "", "/dev/null"):
         if base and (p == base or p.startswith(base.rstrip(os.sep) + os.sep)):
             return True
@@ -235,7 +237,6 @@ def _limit(text, n=20000):
 
 def imports_torch(source):
     """这段代码是否导入 torch（直接导入，或导入会导入 torch 的 lib 模块）。评分进程也用它估计一份提交要跑多久。"""
-    import re
     import_lines = "\n".join(line for line in source.splitlines() if re.match(r"\s*(import|from)\s", line))
     return bool(re.search(r"\btorch\b|\blib\.(transformer|rnn|experiments|demos_\w+)\b|\bfrom\s+lib\s+import\b",
                           import_lines))

@@ -24,8 +24,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .runner import SANDBOX_WORKDIR
+
 RUNNER_SOURCE = (Path(__file__).with_name("runner.py")).read_text(encoding="utf-8")
-SANDBOX_WORKDIR = "/tmp/submission"
 SANDBOX_RUNNER = "/tmp/_grader_runner.py"
 UID_BASE = 61000
 
