@@ -411,7 +411,49 @@ def test_tiny_lm_matches_lib_generate_interface():
     cached = generate(model, prompt, 6, use_cache=True, greedy=True)
     assert torch.equal(cached, uncached)
     assert sum(c["positions"] for c in model.calls) == 3 + 6 - 1
-    assert cached.tolist() == ec.greedy_reference(probes.TinyLM(5), prompt, 6)
+    assert cached.tolist() == ec.greedy_reference(5, prompt, 6)
+
+
+def test_numpy_tiny_lm_matches_the_torch_one():
+    """评分进程用 NumPy 重算 TinyLM：logits 和学生内核里的 torch 版本一致，贪心生成也一致。"""
+    import torch
+
+    rng = np.random.default_rng(3)
+    for seed in (0, 5, 2**31 - 2):
+        idx = rng.integers(0, 13, size=(3, 9))
+        with torch.no_grad():
+            want = probes.TinyLM(seed)(torch.as_tensor(idx)).logits.numpy()
+        got = ec.tiny_lm_logits(probes.tiny_lm_weights(seed), idx)
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
+def test_numpy_encoder_reference_sees_padding_only_through_the_mask():
+    """ex8 的参考编码器：按键挡住填充时真实词的输出和不填充时相同；不挡、或挡行而不是挡列时不同。"""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(1, 6, 8))
+    x[0, 4:] = 50 * rng.normal(size=(2, 8))
+    pad = np.arange(6) < 4
+    alone = ec.encoder_outputs(x[:, :4], None, 7)[0]
+    keys = ec.encoder_outputs(x, pad[None, None, None, :], 7)[0, :4]
+    rows = ec.encoder_outputs(x, np.broadcast_to(pad[None, None, :, None], (1, 1, 6, 6)), 7)[0, :4]
+    np.testing.assert_allclose(keys, alone, rtol=1e-10, atol=1e-12)
+    assert not np.allclose(rows, alone) and not np.allclose(ec.encoder_outputs(x, None, 7)[0, :4], alone)
+    assert np.isfinite(ec.encoder_outputs(x, np.zeros((1, 1, 6, 6), bool), 7)).all()  # 整行被挡：权重为 0，不是 NaN
+
+
+def test_judging_never_imports_torch(reference):
+    """评分进程判分时只用 NumPy（导入 torch 要一秒多 CPU，2 个 job 时会拖慢学生代码的执行）。"""
+    data = {gid: probes.PROBES[gid](reference[c.notebook], 11) for gid, c in ec.CHECKS.items()}
+    code = ("import json, sys\n"
+            "from lib.grading import exercise_checks as ec, pipeline\n"
+            "data = json.load(sys.stdin)\n"
+            "fractions = {g: ec.CHECKS[g].verify(d, 11)[0] for g, d in data.items()}\n"
+            "print(json.dumps({'torch': 'torch' in sys.modules, 'fractions': fractions}))\n")
+    out = subprocess.run([sys.executable, "-c", code], input=json.dumps(data), capture_output=True, text=True,
+                         cwd=ROOT, check=True).stdout
+    result = json.loads(out)
+    assert result["fractions"] == {gid: 1.0 for gid in ec.CHECKS}
+    assert result["torch"] is False
 
 
 def test_numpy_references_agree_with_lib():

@@ -5,7 +5,7 @@
 - ``probes.PROBES[grade_id](namespace, seed)`` 在学生的内核里调用学生的函数、读学生的变量，
   只记录纯数据（见 lib/grading/probes.py）；
 - ``Check.verify(data, seed)`` 在干净的进程里用同一个 seed 重新生成输入，用可信的参考实现
-  （本文件里的 NumPy 函数或 lib/transformer.py）算出答案并比较，返回 (得分比例, 中文说明)。
+  （本文件里的 NumPy 函数；评分进程不导入 torch）算出答案并比较，返回 (得分比例, 中文说明)。
   数据缺键、形状不对、NaN、探针记录的错误，一律算答错并说明原因，从不抛出异常。
 
 ``run_check(grade_id, namespace, seed=None)`` 在一个进程里跑探针 + 检查，答错时抛出
@@ -417,26 +417,34 @@ def verify_ex7_share(data, seed):
     return 1.0, OK
 
 
-def _encoder_outputs(x, mask, seed):
-    """两层双向 Transformer 块（lib.transformer.Block）在掩码下的输出，float64。"""
-    import torch
+def layer_norm(x, eps=1e-5):
+    x = np.asarray(x, float)
+    mu, var = x.mean(axis=-1, keepdims=True), x.var(axis=-1, keepdims=True)
+    return (x - mu) / np.sqrt(var + eps)
 
-    from lib.transformer import Block, TransformerConfig
 
-    torch.manual_seed(seed)
-    cfg = TransformerConfig(d_model=x.shape[-1], n_heads=2, causal=False)
-    blocks = [Block(cfg).double().eval() for _ in range(2)]
-    h = torch.as_tensor(x, dtype=torch.float64)
-    with torch.no_grad():
-        for block in blocks:
-            h, _ = block(h, mask=mask, need_weights=True)  # 显式路径：整行被挡住时权重为 0 而不是 NaN
-    return h.numpy()
+def encoder_outputs(x, mask, seed, n_layers=2, n_heads=2):
+    """几层双向 Pre-LN Transformer 块（随机权重，float64）在掩码下的输出。
+
+    mask：能广播到 (B, h, T, T) 的布尔数组（True = 可以看）或 None。被整行挡住的查询权重为 0，不是 NaN。
+    用来检查填充掩码：真实词的输出不应受填充位置影响。结构和 lib.transformer.Block 一样，只是权重随机。
+    """
+    rng = np.random.default_rng([seed & 0xFFFFFFFF, 803])
+    h = np.asarray(x, float)
+    B, T, d = h.shape
+    heads = lambda t: t.reshape(B, T, n_heads, d // n_heads).transpose(0, 2, 1, 3)  # (B, h, T, d_head)
+    for _ in range(n_layers):
+        w_q, w_k, w_v, w_o = (rng.normal(size=(d, d)) / math.sqrt(d) for _ in range(4))
+        w_1, w_2 = rng.normal(size=(d, 4 * d)) / math.sqrt(d), rng.normal(size=(4 * d, d)) / math.sqrt(4 * d)
+        a = layer_norm(h)
+        out, _ = attention(heads(a @ w_q), heads(a @ w_k), heads(a @ w_v), mask)
+        h = h + out.transpose(0, 2, 1, 3).reshape(B, T, d) @ w_o
+        h = h + np.maximum(layer_norm(h) @ w_1, 0.0) @ w_2
+    return h
 
 
 @_checked
 def verify_ex8_pad_mask(data, seed):
-    import torch
-
     specs = probes.inputs_pad_mask(seed)
     cases = _cases(data, expected=len(specs))
     rng = np.random.default_rng([seed & 0xFFFFFFFF, 802])
@@ -460,10 +468,10 @@ def verify_ex8_pad_mask(data, seed):
         d = 8
         x = rng.normal(size=(B, T, d))
         x[~pad] = 50 * rng.normal(size=(int((~pad).sum()), d))  # 填充位置放上很大的“垃圾”向量
-        out = _encoder_outputs(x, torch.as_tensor(m), seed)
+        out = encoder_outputs(x, m, seed)
         for b in range(B):
             L = int(pad[b].sum())
-            alone = _encoder_outputs(x[b : b + 1, :L], None, seed)[0]
+            alone = encoder_outputs(x[b : b + 1, :L], None, seed)[0]
             if not np.allclose(out[b, :L], alone, rtol=1e-6, atol=1e-8):
                 rows = np.broadcast_to(m, (B, 1, T, T))[b, 0]
                 hint = ""
@@ -489,15 +497,22 @@ def verify_ex11_counts(data, seed):
     return 1.0, OK
 
 
-def greedy_reference(model, prompt, m):
-    """不用缓存的贪心生成（每步把整个序列送进模型）：可信的参考。"""
-    import torch
+def tiny_lm_logits(w: dict, idx) -> np.ndarray:
+    """probes.TinyLM 的前向（NumPy 版，不用缓存）：整个序列一次送进去，返回 (B, T, V) 的 logits。"""
+    idx = np.asarray(idx)
+    T = idx.shape[1]
+    x = w["tok"][idx] + w["pos"][:T]
+    out, _ = attention(x @ w["w_q"], x @ w["w_k"], x @ w["w_v"], np.tril(np.ones((T, T), dtype=bool)))
+    return (x + out) @ w["w_out"]
 
-    idx = torch.as_tensor(prompt, dtype=torch.long)
-    with torch.no_grad():
-        for _ in range(m):
-            nxt = model(idx).logits[:, -1, :].argmax(dim=-1, keepdim=True)
-            idx = torch.cat([idx, nxt], dim=1)
+
+def greedy_reference(model_seed: int, prompt, m: int) -> list:
+    """不用缓存的贪心生成（每步把整个序列送进 TinyLM(model_seed)）：可信的参考。"""
+    w = probes.tiny_lm_weights(model_seed)
+    idx = np.asarray(prompt, dtype=np.int64)
+    for _ in range(m):
+        nxt = tiny_lm_logits(w, idx)[:, -1, :].argmax(axis=-1)
+        idx = np.concatenate([idx, nxt[:, None]], axis=1)
     return idx.tolist()
 
 
@@ -511,7 +526,7 @@ def verify_ex11_cached_generation(data, seed):
             raise Wrong(f"第 {i} 组：记录的数据格式不对")
         prompt, m = spec["prompt"], spec["m"]
         B, n = prompt.shape
-        want = greedy_reference(probes.TinyLM(spec["model_seed"]), prompt, m)
+        want = greedy_reference(spec["model_seed"], prompt, m)
         try:
             tokens = np.array(res["tokens"], dtype=np.int64)
         except (TypeError, ValueError, OverflowError):

@@ -11,7 +11,8 @@
   exercise_checks.py 的 verify 完成，它用同一个 seed 重新生成输入、用可信的参考实现算出答案。
 - 学生的代码可能打印、发出警告或写日志：每次调用都静音，免得 nbgrader 把 stderr 当成失败。
 
-输入生成函数（``inputs_*``）和 ``TinyLM`` 也被 verify 导入，用来在干净的进程里重建同样的输入。
+输入生成函数（``inputs_*``）和 ``tiny_lm_weights`` 也被 verify 导入，用来在干净的进程里重建同样的输入
+（评分进程只用 NumPy，不导入 torch）。
 """
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ import warnings
 
 import numpy as np
 
-__all__ = ["PROBES", "TinyLM", "quiet_call"]
+__all__ = ["PROBES", "TinyLM", "quiet_call", "tiny_lm_weights"]
 
 
 # ----------------------------------------------------------------------------
@@ -421,6 +422,16 @@ class _LMOutput:
         self.loss = None
 
 
+def tiny_lm_weights(seed: int, vocab_size: int = 13, d: int = 16, max_len: int = 64) -> dict:
+    """TinyLM 的权重（NumPy，float64）。评分进程用它和 exercise_checks.tiny_lm_logits 算参考答案，不必导入 torch。"""
+    rng = np.random.default_rng(int(seed) & 0x7FFFFFFF)
+    w = {"tok": rng.normal(size=(vocab_size, d)), "pos": 0.5 * rng.normal(size=(max_len, d))}
+    for name in ("w_q", "w_k", "w_v"):
+        w[name] = rng.normal(size=(d, d)) / math.sqrt(d)
+    w["w_out"] = rng.normal(size=(d, vocab_size))
+    return w
+
+
 _TINY_LM_CLASS = None
 
 
@@ -433,13 +444,9 @@ def _tiny_lm_class():
     class _TinyLM(torch.nn.Module):
         def __init__(self, seed: int, vocab_size: int = 13, d: int = 16, max_len: int = 64):
             super().__init__()
-            g = torch.Generator().manual_seed(int(seed) & 0x7FFFFFFF)
             self.vocab_size, self.max_len = vocab_size, max_len
-            self.tok = torch.randn(vocab_size, d, generator=g, dtype=torch.float64)
-            self.pos = 0.5 * torch.randn(max_len, d, generator=g, dtype=torch.float64)
-            self.w_q, self.w_k, self.w_v = (torch.randn(d, d, generator=g, dtype=torch.float64) / math.sqrt(d)
-                                            for _ in range(3))
-            self.w_out = torch.randn(d, vocab_size, generator=g, dtype=torch.float64)
+            for name, w in tiny_lm_weights(seed, vocab_size, d, max_len).items():
+                setattr(self, name, torch.from_numpy(w))
             self.calls: list[dict] = []
 
         def new_kv_cache(self) -> list:
