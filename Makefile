@@ -11,7 +11,7 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 # 小模型在 CPU 上单线程更快，也避免两个测试进程抢同一个核
 export OMP_NUM_THREADS ?= 1
 
-.PHONY: setup system-deps lab test test-fast nbval notebooks release bench grade clean-student-data stamp-badges
+.PHONY: setup system-deps lab test test-fast nbval notebooks release bench grade grade-demo clean-student-data stamp-badges
 
 setup: $(STAMP)
 
@@ -58,6 +58,10 @@ stamp-badges: setup
 bench: setup
 	$(PY) tests/benchmarks/bench_mini_gpt.py --full
 	$(PY) tests/benchmarks/bench_grading.py --n 40
+
+# 助教：先在临时课程里看流水线怎样处理 25 种提交（作弊、死循环、崩溃、丢失元数据……），不碰 gradebook.db
+grade-demo: setup
+	$(PY) tests/grading_demo.py
 
 # 助教：make grade A=exercises S=downloads/submissions.zip JOBS=2
 grade: setup

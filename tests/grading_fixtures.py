@@ -356,6 +356,39 @@ def write_fixtures(fixtures: list[dict], folder: Path) -> None:
 
 
 # ----------------------------------------------------------------------------- 小课程（开发和单元测试用）
+def copy_course(repo: Path, course: Path) -> Path:
+    """把仓库里评分需要的部分（lib、release、solutions、source、nbgrader_config.py）复制成一个临时课程目录。"""
+    import shutil
+    course.mkdir(parents=True)
+    for d in ("lib", "release", "solutions", "source"):
+        shutil.copytree(repo / d, course / d, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(repo / "nbgrader_config.py", course)
+    return course
+
+
+def statuses(row: dict) -> set:
+    return set(row["status"].split("+"))
+
+
+def expected_score(fx: dict, use_bwrap: bool):
+    """fixture 的期望分数；None = 应被隔离。fx["full"] 是满分。"""
+    s = fx["expect_score"]
+    if s == "sandbox":  # 读参考答案：有沙箱时读不到（0 分），没有沙箱时读到了（满分，但一定标记可疑）
+        return 0.0 if use_bwrap else fx["full"]
+    return s
+
+
+def row_matches(fx: dict, row: dict, use_bwrap: bool) -> bool:
+    """grades.csv 的一行是否符合 fixture 的期望：状态包含必需的词、不含禁止的词，分数（自动评分部分）相同。"""
+    st = statuses(row)
+    if not (fx["must"] <= st) or (fx["forbid"] & st):
+        return False
+    want = expected_score(fx, use_bwrap)
+    if want is None:
+        return row["score"] == "" and row["status"] == "quarantined"
+    return row["score"] != "" and abs(float(row["score"]) - want) < 1e-9
+
+
 TINY_CHECKS = '''\
 """小课程的检查：和 lib/grading/exercise_checks.py 同样的接口。"""
 from dataclasses import dataclass

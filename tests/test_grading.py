@@ -40,17 +40,6 @@ def _read_csv(path: Path) -> list[dict]:
         return list(csv.DictReader(f))
 
 
-def _statuses(row) -> set:
-    return set(row["status"].split("+"))
-
-
-def _expected_score(fx, use_bwrap):
-    s = fx["expect_score"]
-    if s == "sandbox":  # 读参考答案：有沙箱时读不到（0 分），没有沙箱时读到了（满分，但一定标记可疑）
-        return 0.0 if use_bwrap else fx["full"]
-    return s
-
-
 # ============================================================================ 小课程：全部 fixture
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
@@ -94,10 +83,10 @@ def test_tiny_fixture_score_and_status(tiny_run, name):
     rows = [r for r in tiny_run["csv"] if r["student_id"] == name or fx["path"] in r["detail"]]
     assert len(rows) == 1, rows
     row = rows[0]
-    st = _statuses(row)
+    st = gf.statuses(row)
     assert fx["must"] <= st, (row["status"], row["detail"])
     assert not (fx["forbid"] & st), (row["status"], row["detail"])
-    want = _expected_score(fx, BWRAP)
+    want = gf.expected_score(fx, BWRAP)
     if want is None:
         assert row["score"] == "" and row["status"] == "quarantined"
     else:
@@ -192,9 +181,9 @@ def test_tiny_without_bwrap_degrades_but_never_scores_silently(tiny_run, tmp_pat
         os.chdir(cwd)
     rows = {r["student_id"]: r for r in _read_csv(course / "grades.csv")}
     assert rows["s01_correct"]["status"] == "ok" and float(rows["s01_correct"]["score"]) == 4.0
-    assert "suspect" in _statuses(rows["s05_patch_numpy"]) and float(rows["s05_patch_numpy"]["score"]) == 0.0
-    assert "suspect" in _statuses(rows["s10_read_solutions"])
-    assert "timeout" in _statuses(rows["s13_stubborn_loop"]) and float(rows["s13_stubborn_loop"]["score"]) == 4.0
+    assert "suspect" in gf.statuses(rows["s05_patch_numpy"]) and float(rows["s05_patch_numpy"]["score"]) == 0.0
+    assert "suspect" in gf.statuses(rows["s10_read_solutions"])
+    assert "timeout" in gf.statuses(rows["s13_stubborn_loop"]) and float(rows["s13_stubborn_loop"]["score"]) == 4.0
 
 
 # ============================================================================ 真实作业
@@ -208,11 +197,7 @@ def real_run(tmp_path_factory):
     if not REAL:
         pytest.skip("release/exercises 还没有生成")
     root = tmp_path_factory.mktemp("real")
-    course = root / "course"
-    course.mkdir()
-    for d in ("lib", "release", "solutions", "source"):
-        shutil.copytree(REPO / d, course / d, ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy(REPO / "nbgrader_config.py", course)
+    course = gf.copy_course(REPO, root / "course")
     fixtures = []
     names = sorted(p.stem for p in (course / "release" / "exercises").glob("*.ipynb"))
     for i, nb in enumerate(names):
@@ -258,16 +243,9 @@ def test_real_scores_and_statuses(real_run):
             problems.append((fx["name"], "rows", match))
             continue
         row = match[0]
-        st = _statuses(row)
-        want = _expected_score(fx, BWRAP)
-        ok = fx["must"] <= st and not (fx["forbid"] & st)
-        if want is None:
-            ok = ok and row["score"] == ""
-        else:
-            # max_score 含人工评分单元格；自动评分部分要和期望完全一致
-            ok = ok and float(row["score"]) == pytest.approx(want)
-        if not ok:
-            problems.append((fx["name"], row["score"], want, row["status"], row["detail"][:300]))
+        if not gf.row_matches(fx, row, BWRAP):  # max_score 含人工评分单元格；自动评分部分要和期望完全一致
+            problems.append((fx["name"], row["score"], gf.expected_score(fx, BWRAP), row["status"],
+                             row["detail"][:300]))
     assert not problems, "\n".join(map(str, problems))
 
 
@@ -419,3 +397,18 @@ def test_slow_submissions_are_scheduled_first():
     assert all(pipeline.estimated_seconds(n) == pipeline.estimated_seconds(light) for n in not_heavy)
     assert pipeline.estimated_seconds({"cells": [None, 3]}) == pipeline.estimated_seconds(light)
     assert pipeline.estimated_seconds({"cells": "oops"}) == pipeline.estimated_seconds(light)
+
+
+@pytest.mark.slow
+def test_grading_demo_matches_every_fixture_on_a_real_notebook(tmp_path):
+    """`make grade-demo`：真实的练习 01 上全部 25 种提交（包括上面真实作业测试省掉的死循环、fork 炸弹、段错误……），
+    通过命令行评分，每一种都得到期望的分数和状态；临时课程之外什么也不写。"""
+    if not REAL:
+        pytest.skip("release/exercises 还没有生成")
+    before = sorted(p.name for p in REPO.iterdir())
+    p = subprocess.run([sys.executable, str(REPO / "tests" / "grading_demo.py"), "--keep", str(tmp_path / "demo")],
+                       capture_output=True, text=True, cwd=REPO, timeout=600)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    assert "25 / 25 份符合期望" in p.stdout
+    assert len(_read_csv(tmp_path / "demo" / "course" / "grades.csv")) == 25
+    assert sorted(p.name for p in REPO.iterdir()) == before  # 没在仓库里留下 gradebook.db、grades.csv……

@@ -34,15 +34,6 @@ sys.path.insert(0, str(REPO / "tests"))
 import grading_fixtures as gf  # noqa: E402
 
 
-def make_course(root: Path) -> Path:
-    course = root / "course"
-    course.mkdir()
-    for d in ("lib", "release", "solutions", "source"):
-        shutil.copytree(REPO / d, course / d, ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy(REPO / "nbgrader_config.py", course)
-    return course
-
-
 def submissions(course: Path, notebook: str, n: int) -> list[tuple[str, str, bytes, float]]:
     """(学号, notebook, 文件内容, 期望分数)。种类轮换：正确、部分答错、空白、带打印和警告的正确答案。"""
     if notebook == "all":  # 有自动评分单元格的 notebook（06 只有文字题，由助教在 formgrader 里打分）
@@ -121,7 +112,7 @@ def main() -> None:
                PATH=str(Path(py).parent) + os.pathsep + os.environ.get("PATH", ""))
     with tempfile.TemporaryDirectory(prefix="bench-grading-") as tmp:
         root = Path(tmp)
-        course = make_course(root)
+        course = gf.copy_course(REPO, root / "course")
         subs = submissions(course, args.notebook, args.n)
         zpath = root / "subs.zip"
         with zipfile.ZipFile(zpath, "w") as zf:
