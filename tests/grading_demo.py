@@ -88,7 +88,7 @@ def main() -> int:
         print("\n" + pad("提交", 23) + pad("内容", 44) + pad("期望分数", 9, True) + pad("得分", 6, True) + "  "
               + pad("期望状态", 26) + "实际状态")
         for fx in fixtures:
-            match = [r for r in rows if r["student_id"] == fx["name"] or fx["path"] in r["detail"]]
+            match = gf.rows_for(fx, rows)
             want = gf.expected_score(fx, use_bwrap)
             must = " ".join(["+".join(sorted(fx["must"]))] * bool(fx["must"]) + [f"非{x}" for x in sorted(fx["forbid"])])
             ok = len(match) == 1 and gf.row_matches(fx, match[0], use_bwrap)

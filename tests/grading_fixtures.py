@@ -378,6 +378,11 @@ def expected_score(fx: dict, use_bwrap: bool):
     return s
 
 
+def rows_for(fx: dict, rows: list[dict]) -> list[dict]:
+    """grades.csv 里属于这个 fixture 的行：按学号，或（隔离的行没有学号时）按 detail 里的文件路径。"""
+    return [r for r in rows if r["student_id"] == fx["name"] or fx["path"] in r["detail"]]
+
+
 def row_matches(fx: dict, row: dict, use_bwrap: bool) -> bool:
     """grades.csv 的一行是否符合 fixture 的期望：状态包含必需的词、不含禁止的词，分数（自动评分部分）相同。"""
     st = statuses(row)

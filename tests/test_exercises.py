@@ -459,7 +459,7 @@ def test_judging_never_imports_torch(reference):
 def test_numpy_references_agree_with_lib():
     import torch
 
-    from lib.transformer import apply_rope, scaled_dot_product_attention
+    from lib.transformer import apply_rope, layer_norm, scaled_dot_product_attention
 
     rng = np.random.default_rng(0)
     q, k, v = rng.normal(size=(2, 3, 5, 4)), rng.normal(size=(2, 3, 5, 4)), rng.normal(size=(2, 3, 5, 6))
@@ -469,6 +469,7 @@ def test_numpy_references_agree_with_lib():
     assert np.allclose(out, out_t.numpy()) and np.allclose(w, w_t.numpy())
     x = rng.normal(size=(7, 8))
     assert np.allclose(ec.rope(x, np.arange(7)), apply_rope(torch.tensor(x)).numpy(), atol=1e-6)
+    assert np.allclose(ec.layer_norm(x), layer_norm(torch.tensor(x)).numpy())
     from lib.transformer import lm_param_formula
 
     for V, d, n_layers, max_len, tied, pos in probes.inputs_param_count(11):

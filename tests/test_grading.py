@@ -80,7 +80,7 @@ def test_tiny_every_input_file_is_a_row(tiny_run):
     gf.tiny_source_notebook(), gf.tiny_source_notebook(), "tiny", Path("/x"), "tiny", multi=False)])
 def test_tiny_fixture_score_and_status(tiny_run, name):
     fx = next(f for f in tiny_run["fixtures"] if f["name"] == name)
-    rows = [r for r in tiny_run["csv"] if r["student_id"] == name or fx["path"] in r["detail"]]
+    rows = gf.rows_for(fx, tiny_run["csv"])
     assert len(rows) == 1, rows
     row = rows[0]
     st = gf.statuses(row)
@@ -238,7 +238,7 @@ def test_real_scores_and_statuses(real_run):
     assert len(rows) == len(real_run["fixtures"])
     problems = []
     for fx in real_run["fixtures"]:
-        match = [r for r in rows if r["student_id"] == fx["name"] or fx["path"] in r["detail"]]
+        match = gf.rows_for(fx, rows)
         if len(match) != 1:
             problems.append((fx["name"], "rows", match))
             continue

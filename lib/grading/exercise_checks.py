@@ -418,6 +418,7 @@ def verify_ex7_share(data, seed):
 
 
 def layer_norm(x, eps=1e-5):
+    """lib.transformer.layer_norm 的 NumPy 版（不含 γ、β）。"""
     x = np.asarray(x, float)
     mu, var = x.mean(axis=-1, keepdims=True), x.var(axis=-1, keepdims=True)
     return (x - mu) / np.sqrt(var + eps)
@@ -427,7 +428,8 @@ def encoder_outputs(x, mask, seed, n_layers=2, n_heads=2):
     """几层双向 Pre-LN Transformer 块（随机权重，float64）在掩码下的输出。
 
     mask：能广播到 (B, h, T, T) 的布尔数组（True = 可以看）或 None。被整行挡住的查询权重为 0，不是 NaN。
-    用来检查填充掩码：真实词的输出不应受填充位置影响。结构和 lib.transformer.Block 一样，只是权重随机。
+    用来检查填充掩码：真实词的输出不应受填充位置影响。结构是 lib.transformer.Block 的 Pre-LN 块（注意力 + 前馈，
+    各带残差），权重随机，LayerNorm 不带 γ、β，前馈用 ReLU：检查的是掩码，这些细节不影响结论。
     """
     rng = np.random.default_rng([seed & 0xFFFFFFFF, 803])
     h = np.asarray(x, float)

@@ -29,7 +29,6 @@ from pathlib import Path
 from . import collect as collect_mod
 from . import gradebook_io, repair, runner, sandbox
 
-NBG = "nbgrader"
 HERE = Path(__file__).resolve().parent
 STATUS_ORDER = ["ok", "repaired", "timeout", "crashed", "suspect", "quarantined", "missing"]
 FAKE_PASS_RE = re.compile(r"(测试通过|全部通过|所有测试|通过了所有|tests? passed|all tests|满分|✓|✔|\bPASS\b)",
@@ -98,15 +97,6 @@ def grader_version(opts: Options, probes_source: str) -> str:
     parts = [(HERE / "runner.py").read_text(encoding="utf-8"), (HERE / "repair.py").read_text(encoding="utf-8"),
              probes_source, repr((opts.limits.cell_timeout, opts.limits.memory_mb, opts.limits.max_procs))]
     return _sha("\n".join(parts))[:16]
-
-
-def _cell_gid(cell):
-    return ((cell.get("metadata") or {}).get(NBG) or {}).get("grade_id")
-
-
-def _is_test(cell):
-    m = (cell.get("metadata") or {}).get(NBG) or {}
-    return bool(m.get("grade")) and not m.get("solution") and cell.get("cell_type") == "code"
 
 
 def execute_submission(nb: dict, auto_gids: list, opts: Options, slot: int, scratch_base: Path,
@@ -193,7 +183,7 @@ def judge(state: dict, repaired: dict, release: dict, checks: dict, notebook: st
         tamper.append(f"向评分通道写入了 {ex['junk']} 行伪造数据")
     release_sources = {repair._src(c) for c in release["cells"]}
     for i, cell in enumerate(repaired["cells"]):
-        if cell.get("cell_type") != "code" or _is_test(cell) or repair._src(cell) in release_sources:
+        if cell.get("cell_type") != "code" or repair.is_test(cell) or repair._src(cell) in release_sources:
             continue  # 只看学生自己写的单元格
         text = "".join(o.get("text", "") for o in ex["outputs"].get(str(i), []) if o.get("output_type") == "stream")
         if FAKE_PASS_RE.search(text):
@@ -201,8 +191,8 @@ def judge(state: dict, repaired: dict, release: dict, checks: dict, notebook: st
             break
     visible_pass_clean_fail = []
     for i, cell in enumerate(repaired["cells"]):
-        gid = _cell_gid(cell)
-        if gid in messages and _is_test(cell) and str(i) in ex["outputs"]:
+        gid = repair._gid(cell)
+        if gid in messages and repair.is_test(cell) and str(i) in ex["outputs"]:
             errored = any(o.get("output_type") == "error" for o in ex["outputs"][str(i)])
             if not errored and messages[gid][0] < messages[gid][1]:
                 visible_pass_clean_fail.append(gid)
@@ -221,8 +211,8 @@ def autograded_notebook(repaired: dict, ex: dict, messages: dict) -> dict:
         for out in cell["outputs"]:
             if out.get("output_type") in ("display_data", "execute_result"):
                 out.setdefault("metadata", {})
-        gid = _cell_gid(cell)
-        if gid in messages and _is_test(cell):
+        gid = repair._gid(cell)
+        if gid in messages and repair.is_test(cell):
             score, points, msg = messages[gid]
             cell["outputs"].append({"output_type": "stream", "name": "stdout",
                                     "text": f"【评分】{score:g} / {points:g} 分：{msg}\n"})

@@ -55,6 +55,11 @@ def _kind(cell) -> str:
     return "locked"
 
 
+def is_test(cell) -> bool:
+    """自动评分的测试单元格：nbgrader 的 grade 单元格、不是 solution、是代码。"""
+    return _kind(cell) == "test" and cell.get("cell_type") == "code"
+
+
 def _first_signature_line(text: str) -> str | None:
     for line in text.splitlines():
         t = line.strip()
