@@ -5,8 +5,12 @@
 形状约定：B = 批大小，T = 序列长度，d = 模型维度，h = 头数，hs = 每个头的维度 d/h。
 
 掩码只有一个约定：布尔张量，True 表示“可以看”，False 表示“不许看”。
-不许看的位置在 softmax 之前填 -inf（不是一个“很大的负数”：那样 softmax 之后
-权重不是严格的 0，模型能偷看到一点点，minGPT #75 就踩过这个坑）。
+不许看的位置在 softmax 之前填 -inf。为什么不填 -1e4 这样的有限数？在 float32 里
+-1e4 经过 softmax 也是精确的 0，问题不在这里；问题是填充值**替换**了原来的打分。
+训练中若允许看的打分本身跌到 -1e4 以下，被掩住的位置反而成了全行最大的打分，
+拿走大部分权重——模型偷看到了未来。Hugging Face 的 GPT-2 用过 masked_bias = -1e4，
+就有人在训练后撞上这个问题（transformers #3181、#15199，PR #17306 改掉了它）。
+-inf 永远小于任何打分，不会出这种事（notebook 04 有一个小演示）。
 
 默认在 CPU 上运行；模型或输入放到 CUDA 上时一切照常，没有任何地方假定设备。
 后续第 9、10 讲会复用本文件，公开的名字和参数请保持稳定。
@@ -126,7 +130,10 @@ def apply_rope(x: torch.Tensor, positions: torch.Tensor | None = None, base: flo
     """把 x 的最后一维按位置旋转（§5.4），x: (..., T, hs)。
 
     配对方式是“前一半和后一半”（GPT-NeoX、LLaMA 的写法）：第 i 维和第 i + hs/2 维组成一个平面。
-    原论文是相邻两维配对，只是维度的排列不同，打分完全一样。旋转不改变向量长度。
+    原论文（RoFormer）是相邻两维 (2i, 2i+1) 配对。对同一对 q、k，两种配对的打分**不同**；
+    它们只差一个固定的维度排列：把 W^Q、W^K 的输出维度按这个排列重排，两种写法就算出同样的打分。
+    从头训练时这个排列被权重吸收，两种写法一样好；转换别人训练好的权重时必须重排，否则结果是错的。
+    两种写法都只依赖 m - n，旋转都不改变向量长度。
     """
     T, hs = x.size(-2), x.size(-1)
     if positions is None:
@@ -248,7 +255,9 @@ def swiglu_hidden(d_model: int, multiple_of: int = 8) -> int:
 class FeedForward(nn.Module):
     """逐位置的前馈网络（§4.2、§7.3）。
 
-    kind="gelu"：W_2 GELU(W_1 x + b_1) + b_2，宽度 4d（GPT-2）。
+    kind="gelu"：W_2 GELU(W_1 x + b_1) + b_2，宽度 4d（GPT-2 的结构）。这里用精确的 GELU
+        x·Φ(x)；GPT-2 原版用的是 tanh 近似（F.gelu(h, approximate="tanh")），两者最多差约 5e-4，
+        参数量和结构完全相同，但加载 GPT-2 的权重时要换成近似版才能逐位复现。
     kind="swiglu"：W_2 (SiLU(W_1 x) ⊙ W_3 x)，宽度约 8/3·d（LLaMA，§12）。
     """
 
@@ -539,7 +548,12 @@ def train_steps(model, opt, step_loss, steps: int, max_lr: float, warmup_steps: 
 
 @contextmanager
 def torch_threads(n: int | None):
-    """临时设置 PyTorch 的线程数。小模型在 CPU 上单线程往往更快（实测迷你 GPT 快 3.4 倍）。"""
+    """临时设置 PyTorch 的线程数（None 表示不改）。
+
+    小模型的线程数取舍（2 核机器上实测，见 README 和 tests/benchmarks/bench_mini_gpt.py）：机器空闲时
+    迷你 GPT 用 2 个线程比 1 个线程快约 1.3 倍；机器上还有别的负载时（两个训练同时跑、CI 并行跑测试），
+    2 个线程反而慢好几倍。所以 train_lm 默认 threads=1。
+    """
     old = torch.get_num_threads()
     if n:
         torch.set_num_threads(n)

@@ -66,3 +66,55 @@ def show_heatmaps(matrices, row_labels=None, col_labels=None, titles=None, ncols
         fig.suptitle(suptitle)
     fig.tight_layout()
     return fig
+
+
+def vs_lecture(ours, lecture, *, tol, columns=None, fmt=".3f", title=None, row_header=""):
+    """“我们 vs 讲义”并排成一张表，并检查每个数都在给定的容差之内（不在就 AssertionError）。
+
+    ours、lecture：{行名: 一个数 或 每列一个数的列表}。lecture 里的 None 表示讲义没给（显示 —，不检查）；
+    ours 里没有的行、或者值为 None 的格子也显示 —。
+    tol：绝对容差（一个数，或每列一个）。tol="exact" 表示按 fmt 格式化之后逐字相同，
+    也就是“在讲义给出的精度上完全一致”，用于确定性的数（公式、计数、不含随机性的演示）。
+    fmt：格式（一个，或每列一个），例如 ".3f"、".1%"、",d"。
+    只有一列时表头是 [行名, 讲义, 我们, 差]；多列时每个行名占两行（讲义、我们）。返回 Table。
+    """
+    def cells(row):
+        return list(row) if isinstance(row, (list, tuple)) else [row]
+
+    labels = list(dict.fromkeys([*lecture, *ours]))
+    n_cols = max(len(cells(v)) for v in [*lecture.values(), *ours.values()])
+    per_col = lambda x: list(x) if isinstance(x, (list, tuple)) else [x] * n_cols
+    fmts, tols = per_col(fmt), per_col(tol)
+    show = lambda v, f: "—" if v is None else format(v, f)
+
+    problems = []
+    for label in labels:
+        mine, theirs = cells(ours.get(label, [None] * n_cols)), cells(lecture.get(label, [None] * n_cols))
+        for j, (a, b) in enumerate(zip(mine, theirs)):
+            if a is None or b is None:
+                continue
+            ok = show(a, fmts[j]) == show(b, fmts[j]) if tols[j] == "exact" else abs(a - b) <= tols[j]
+            if not ok:
+                where = f"{label}" + (f"，{columns[j]}" if columns and n_cols > 1 else "")
+                problems.append(f"{where}：我们 {show(a, fmts[j])}，讲义 {show(b, fmts[j])}"
+                                f"（容差 {'逐位相同' if tols[j] == 'exact' else tols[j]}）")
+
+    if n_cols == 1:
+        rows = []
+        for label in labels:
+            a, b = ours.get(label), lecture.get(label)
+            a, b = (cells(a)[0] if a is not None else None), (cells(b)[0] if b is not None else None)
+            diff = "—" if a is None or b is None else format(a - b, "+" + fmts[0].lstrip("+"))
+            rows.append([label, show(b, fmts[0]), show(a, fmts[0]), diff])
+        table = Table(rows, [row_header, "lecture", "ours", "ours − lecture"], title=title)
+    else:
+        rows = []
+        for label in labels:
+            for who, source in (("lecture", lecture), ("ours", ours)):
+                values = cells(source.get(label, [None] * n_cols))
+                rows.append([label, who] + [show(v, f) for v, f in zip(values, fmts)])
+        heads = list(columns) if columns else [str(j) for j in range(n_cols)]
+        table = Table(rows, [row_header, ""] + heads, title=title)
+    if problems:
+        raise AssertionError("和讲义的差别超出了容差：\n" + "\n".join(problems) + "\n\n" + repr(table))
+    return table

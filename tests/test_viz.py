@@ -1,0 +1,38 @@
+"""lib/viz.py：vs_lecture 的表格和容差检查。"""
+import pytest
+
+from lib.viz import Table, vs_lecture
+
+
+def test_single_column_shows_lecture_ours_and_difference():
+    table = vs_lecture({"k = 1": 30.93}, {"k = 1": 30.9}, tol=0.05, fmt=".2f", row_header="k")
+    assert isinstance(table, Table)
+    assert table.headers == ["k", "lecture", "ours", "ours − lecture"]
+    assert table.rows == [["k = 1", "30.90", "30.93", "+0.03"]]
+
+
+def test_exact_compares_at_the_printed_precision():
+    vs_lecture({"a": 0.95349}, {"a": 0.953}, tol="exact")  # 0.953 == 0.953
+    with pytest.raises(AssertionError, match="逐位相同"):
+        vs_lecture({"a": 0.9536}, {"a": 0.953}, tol="exact")  # 0.954 != 0.953
+
+
+def test_out_of_tolerance_names_row_column_and_both_values():
+    with pytest.raises(AssertionError) as err:
+        vs_lecture({4: [2.0, 0.60]}, {4: [2.0, 0.497]}, tol=[0.05, 0.01], columns=["std", "max w"],
+                   fmt=[".1f", ".3f"])
+    message = str(err.value)
+    assert "4，max w" in message and "0.600" in message and "0.497" in message
+    assert "std" not in message.splitlines()[1]  # 只报超出容差的格子
+
+
+def test_missing_values_are_shown_and_not_checked():
+    table = vs_lecture({"x": [1.0, 5.0]}, {"x": [1.0, None], "y": [2.0, 3.0]}, tol=0.01, columns=["a", "b"])
+    assert ["x", "lecture", "1.000", "—"] in table.rows
+    assert ["y", "ours", "—", "—"] in table.rows
+
+
+def test_percent_format_and_per_column_tolerance():
+    table = vs_lecture({"learned": [0.97, 0.90]}, {"learned": [0.958, 0.978]}, tol=[0.05, 0.1],
+                       columns=[4, 6], fmt=".1%")
+    assert ["learned", "ours", "97.0%", "90.0%"] in table.rows
