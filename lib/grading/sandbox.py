@@ -29,6 +29,9 @@ from .runner import SANDBOX_WORKDIR
 RUNNER_SOURCE = (Path(__file__).with_name("runner.py")).read_text(encoding="utf-8")
 SANDBOX_RUNNER = "/tmp/_grader_runner.py"
 UID_BASE = 61000
+# 每个评分进程用自己的一段 uid（每段 64 个槽位）：同一台机器上同时跑两次评分（两门课、两个助教、
+# 并行的测试）时，一次评分的进程数上限（RLIMIT_NPROC 按 uid 计）不会把另一次的进程也算进去。
+RUN_UID_BASE = UID_BASE + 64 * (os.getpid() % 512)
 
 NO_BWRAP_MESSAGE = (
     "未找到可用的 bubblewrap（bwrap）：学生代码将直接在临时副本里运行，没有文件系统和网络隔离。"
@@ -169,7 +172,7 @@ def execute(nb: dict, *, course_root: Path, scratch_base: Path, hide: list[Path]
     is_root = os.geteuid() == 0
     drop_uid = -1
     if is_root and ((use_bwrap and bwrap_can_drop_uid()) or (not use_bwrap and _python_readable_by_others())):
-        drop_uid = UID_BASE + slot
+        drop_uid = RUN_UID_BASE + slot
         for dirpath, dirnames, filenames in os.walk(work):
             os.chown(dirpath, drop_uid, drop_uid)
             for fn in filenames:
