@@ -68,4 +68,4 @@ grade: setup
 	$(PY) -m lib.grading grade $(A) --submissions $(S) --jobs $(or $(JOBS),2)
 
 clean-student-data:
-	rm -rf submitted autograded feedback gradebook.db grades.csv .grading
+	rm -rf submitted autograded feedback gradebook.db grades.csv exports .grading

@@ -81,7 +81,7 @@ def main() -> int:
         if proc.returncode:
             print(f"评分命令失败（退出码 {proc.returncode}）")
             return 1
-        with open(course / "grades.csv", encoding="utf-8", newline="") as f:
+        with open(course / "grades.csv", encoding="utf-8-sig", newline="") as f:
             rows = list(csv.DictReader(f))
         use_bwrap = sandbox.bwrap_status()[0]
         bad = 0

@@ -36,7 +36,7 @@ def _snapshot(folder: Path) -> dict:
 
 
 def _read_csv(path: Path) -> list[dict]:
-    with open(path, encoding="utf-8", newline="") as f:
+    with open(path, encoding="utf-8-sig", newline="") as f:  # grades.csv 带 BOM（给中文 Windows 上的 Excel）
         return list(csv.DictReader(f))
 
 
@@ -147,7 +147,7 @@ def test_tiny_gradebook_and_manual_grades(tiny_run):
     row = next(r for r in rows if r["student_id"] == "s01_correct")
     assert float(row["score"]) == pytest.approx(5.5)
     # 除了这一行，其余完全相同（幂等）
-    old = [r for r in csv.DictReader(io.StringIO(before_csv.decode())) if r["student_id"] != "s01_correct"]
+    old = [r for r in csv.DictReader(io.StringIO(before_csv.decode("utf-8-sig"))) if r["student_id"] != "s01_correct"]
     assert old == [r for r in rows if r["student_id"] != "s01_correct"]
 
 
@@ -287,8 +287,9 @@ def test_collect_layouts_and_reasons(tmp_path):
     (d / "alice" / "01_a.ipynb").write_bytes(_nb_bytes())
     (d / "alice" / "Copy of 02_b.ipynb").write_bytes(_nb_bytes())      # Colab 的“副本”名
     (d / "bob").mkdir()
-    (d / "bob" / "01_a (1).ipynb").write_bytes(_nb_bytes())            # 浏览器重复下载
-    (d / "bob" / "01_a.ipynb").write_bytes(_nb_bytes())                # 同一 notebook 两份
+    (d / "bob" / "01_a (1).ipynb").write_bytes(_nb_bytes())            # 同一 notebook 两份：较早的一份
+    os.utime(d / "bob" / "01_a (1).ipynb", (1_700_000_000, 1_700_000_000))
+    (d / "bob" / "01_a.ipynb").write_bytes(_nb_bytes())                # 较新的一份
     (d / "bob" / "notes.ipynb").write_bytes(_nb_bytes())               # 不认识的 notebook
     (d / "carol.ipynb").write_bytes(_nb_bytes())                       # 多 notebook 作业里的单文件
     (d / "dave").mkdir()
@@ -300,8 +301,8 @@ def test_collect_layouts_and_reasons(tmp_path):
     assert len(items) == 9
     assert by["alice/01_a.ipynb"].reason is None and by["alice/01_a.ipynb"].notebook == "01_a"
     assert by["alice/Copy of 02_b.ipynb"].notebook == "02_b" and by["alice/Copy of 02_b.ipynb"].notes
-    assert by["bob/01_a.ipynb"].reason is None                          # 规范名字的那份优先
-    assert "重复提交" in by["bob/01_a (1).ipynb"].reason
+    assert by["bob/01_a.ipynb"].reason is None                          # 文件时间新的那份评分
+    assert "重复提交" in by["bob/01_a (1).ipynb"].reason and by["bob/01_a (1).ipynb"].skip
     assert "notebook 名称不对" in by["bob/notes.ipynb"].reason
     assert "文件名不符合约定" in by["carol.ipynb"].reason
     assert "JSON" in by["dave/01_a.ipynb"].reason

@@ -1,6 +1,7 @@
-"""助教评分流水线（学生用不到）：``python -m lib.grading grade ASSIGNMENT --submissions PATH``。
+"""助教评分流水线（学生用不到）：``python -m lib.grading grade|feedback|export ASSIGNMENT …``。
 
-导入 LMS 下载的提交 → 按 release/ 修复 → 在课程目录之外的沙箱里执行 → 在干净进程里用
-exercise_checks.CHECKS 判分 → nbgrader gradebook、反馈 HTML、grades.csv。
+导入 LMS 下载的提交（collect.py；各 LMS 的命名在 lms.py，名单在 roster.py）→ 按 release/ 修复 →
+在课程目录之外的沙箱里执行 → 在干净进程里用 exercise_checks.CHECKS 判分 → nbgrader gradebook、
+反馈 HTML、grades.csv → export.py 填好 LMS 自己的成绩文件。
 exercise_checks.py 和 probes.py 由练习的作者维护，其余文件属于流水线本身。
 """

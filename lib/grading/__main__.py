@@ -1,36 +1,47 @@
-"""命令行：在课程根目录运行 ``python -m lib.grading grade ASSIGNMENT --submissions PATH``。"""
+"""命令行：在课程根目录运行 ``python -m lib.grading grade|feedback|export ASSIGNMENT …``。"""
 from __future__ import annotations
 
 import argparse
+import datetime as dt
+import json
 import sys
+import traceback
 from pathlib import Path
 
-from . import pipeline, sandbox
+from . import export as export_mod
+from . import lms, pipeline, sandbox
+from .collect import InputError
 
 EPILOG = """\
 例子：
   python -m lib.grading grade exercises --submissions ~/Downloads/submissions.zip --jobs 2
-  python -m lib.grading grade exercises --submissions downloads/ --name-regex '^(?P<student_id>\\d+)_(?P<notebook>.+)\\.ipynb$'
+  python -m lib.grading grade exercises --submissions moodle.zip --roster 名单.xlsx --due "2024-03-01 23:59"
   python -m lib.grading feedback exercises     # formgrader 人工评分之后：重写反馈和 grades.csv（不重新执行）
-结果：grades.csv（课程根目录）、feedback/学生/作业/*.html、gradebook.db（formgrader 用）。
+  python -m lib.grading export exercises --lms canvas --template 成绩册导出.csv --column "Exercises"
+结果：grades.csv（课程根目录）、feedback/学生/作业/*.html、gradebook.db（formgrader 用）、exports/（上传文件）。
 重新运行同一个命令会续跑：已经执行过且文件没变的提交不会再执行，结果完全相同。
 """
 
 
-def main(argv=None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m lib.grading", description="第 7 讲练习的助教评分流水线",
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG)
     sub = ap.add_subparsers(dest="cmd", required=True)
     g = sub.add_parser("grade", help="导入、修复、评分、写反馈和 grades.csv")
     g.add_argument("assignment", help="作业名（release/ 下的文件夹名，例如 exercises）")
-    g.add_argument("--submissions", required=True, type=Path, help="LMS 导出的文件夹或 .zip")
+    g.add_argument("--submissions", required=True, type=Path, help="LMS 下载的文件夹或 .zip")
+    g.add_argument("--lms", choices=list(lms.LAYOUTS),
+                   help="下载的命名方式（默认自动识别）：" + "；".join(f"{k} = {v[0]}" for k, v in lms.LAYOUTS.items()))
+    g.add_argument("--name-regex", help="其他命名方式：文件路径的正则，命名组 student_id 和 notebook（/ 分隔）")
+    g.add_argument("--roster", type=Path, help="学生名单：CSV（UTF-8/GBK）或 .xlsx；Canvas 成绩册导出、"
+                                               "Moodle 评分工作表、Blackboard 成绩中心文件也可以")
+    g.add_argument("--roster-id-column", help="名单里哪一列是学号（默认按表头找：学号、Student ID、SIS User ID……）")
+    g.add_argument("--due", help="截止时间，例如 \"2024-03-01 23:59\"（默认用 gradebook 里 nbgrader 的 duedate）")
     g.add_argument("--jobs", type=int, default=1, help="同时评几份（默认 1）")
     g.add_argument("--timeout", type=float, default=sandbox.Limits.cell_timeout,
                    help=f"每个单元格的秒数上限（默认 {sandbox.Limits.cell_timeout:g}）")
     g.add_argument("--memory-mb", type=int, default=sandbox.Limits.memory_mb, help="每份提交的内存上限（MB）")
     g.add_argument("--max-procs", type=int, default=sandbox.Limits.max_procs, help="每份提交的进程/线程数上限")
-    g.add_argument("--name-regex", help="文件名的正则，命名组 student_id 和 notebook（匹配相对路径，/ 分隔）")
-    g.add_argument("--roster", type=Path, help="学生名单（每行一个学生编号，或 CSV 的第一列）")
     g.add_argument("--no-sandbox", action="store_true", help="不使用 bubblewrap（不推荐）")
     g.add_argument("--no-feedback", action="store_true", help="不生成反馈 HTML")
     g.add_argument("--quiet", action="store_true", help="不显示进度条和汇总")
@@ -38,40 +49,82 @@ def main(argv=None) -> int:
                    help="提供 CHECKS 的模块（别的课程复用本流水线时才需要改）")
     g.add_argument("--probes-file", type=Path, default=pipeline.HERE / "probes.py",
                    help="提供 PROBES 的文件，其源码会送进学生的内核（同上）")
-    f = sub.add_parser("feedback", help="只根据已有的执行结果和 gradebook 重写反馈与 grades.csv")
+    f = sub.add_parser("feedback", help="formgrader 人工评分之后：用课程里保存的副本重写反馈和 grades.csv")
     f.add_argument("assignment")
-    args = ap.parse_args(argv)
-    if args.cmd == "feedback":
-        import json
-        last = Path(".grading") / args.assignment / "last_run.json"
-        if not last.exists():
-            ap.error(f"没有找到 {last}：请先运行 grade")
-        cfg = json.loads(last.read_text(encoding="utf-8"))
-        limits = sandbox.Limits(cell_timeout=cfg["cell_timeout"], memory_mb=cfg["memory_mb"],
-                                max_procs=cfg["max_procs"])
-        opts = pipeline.Options(assignment=args.assignment, submissions=Path(cfg["submissions"]),
-                                jobs=cfg["jobs"], limits=limits, name_regex=cfg["name_regex"],
-                                roster=Path(cfg["roster"]) if cfg["roster"] else None,
-                                checks_module=cfg["checks_module"], probes_file=Path(cfg["probes_file"]),
-                                use_bwrap=cfg["use_bwrap"])
-        pipeline.run(opts)
-        return 0
-    if args.jobs < 1:
-        ap.error("--jobs 至少为 1")
-    if args.timeout <= 0:
-        ap.error("--timeout 必须为正数")
-    limits = sandbox.Limits(cell_timeout=args.timeout, memory_mb=args.memory_mb, max_procs=args.max_procs)
-    opts = pipeline.Options(assignment=args.assignment, submissions=args.submissions, jobs=args.jobs,
-                            limits=limits, name_regex=args.name_regex, roster=args.roster,
-                            use_bwrap=False if args.no_sandbox else None, feedback=not args.no_feedback,
-                            quiet=args.quiet, checks_module=args.checks_module,
-                            probes_file=args.probes_file)
+    f.add_argument("--quiet", action="store_true")
+    e = sub.add_parser("export", help="写出上传到 LMS 的成绩文件（和反馈包）")
+    e.add_argument("assignment")
+    e.add_argument("--lms", required=True, choices=export_mod.LMS_NAMES, help="上传到哪个 LMS；csv = 每个学生一行的总表")
+    e.add_argument("--template", type=Path, help="从 LMS 下载的成绩文件（Canvas 成绩册导出、Moodle 评分工作表、"
+                                                 "Blackboard 成绩中心 Work Offline 下载），原样保留、只填成绩")
+    e.add_argument("--column", help="写进哪一列（Canvas/Blackboard 的作业列名；默认和作业同名）")
+    e.add_argument("-o", "--output", type=Path, help="输出文件（默认 exports/作业_LMS.csv）")
+    e.add_argument("--comments", action="store_true", help="Moodle：把各 notebook 的得分写进 Feedback comments")
+    e.add_argument("--feedback-zip", type=Path, help="同时把反馈 HTML 打包成 LMS 的批量上传格式（Moodle、Canvas）")
+    return ap
+
+
+def feedback_options(assignment: str, quiet: bool) -> pipeline.Options:
+    """feedback：上次 grade 的设置（限额、并行数、检查模块）+ 上次导入时存的副本（不读下载路径）。"""
+    ws = Path(".grading") / assignment
     try:
-        pipeline.run(opts)
-    except pipeline.collect_mod.InputError as e:
+        cfg = json.loads((ws / "last_run.json").read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        raise InputError(f"没有找到 {ws / 'last_run.json'}：请先运行 grade") from None
+    limits = sandbox.Limits(cell_timeout=cfg["cell_timeout"], memory_mb=cfg["memory_mb"], max_procs=cfg["max_procs"])
+    return pipeline.Options(assignment=assignment, submissions=ws / "imported", jobs=cfg["jobs"], limits=limits,
+                            checks_module=cfg["checks_module"], probes_file=Path(cfg["probes_file"]),
+                            use_bwrap=cfg["use_bwrap"], reuse_import=True, quiet=quiet)
+
+
+def run(args, ap) -> int:
+    if args.cmd == "export":
+        export_mod.export(Path("."), args.assignment, args.lms, args.template, args.column, args.output,
+                          args.comments, args.feedback_zip)
+        return 0
+    if args.cmd == "feedback":
+        rows = pipeline.run(feedback_options(args.assignment, args.quiet))
+    else:
+        if args.jobs < 1:
+            ap.error("--jobs 至少为 1")
+        if args.timeout <= 0:
+            ap.error("--timeout 必须为正数")
+        limits = sandbox.Limits(cell_timeout=args.timeout, memory_mb=args.memory_mb, max_procs=args.max_procs)
+        opts = pipeline.Options(assignment=args.assignment, submissions=args.submissions, jobs=args.jobs,
+                                limits=limits, name_regex=args.name_regex, roster=args.roster,
+                                roster_id_column=args.roster_id_column, lms=args.lms, due=args.due,
+                                use_bwrap=False if args.no_sandbox else None, feedback=not args.no_feedback,
+                                quiet=args.quiet, checks_module=args.checks_module, probes_file=args.probes_file)
+        rows = pipeline.run(opts)
+    if not any(r.score is not None and r.status != "missing" for r in rows):
+        print("错误：没有一份提交能评分（全部进了隔离区或没有提交）。grades.csv 的 detail 列写了每个文件的原因；"
+              "命名方式不对时可以用 --lms 或 --name-regex 指定。", file=sys.stderr)
+        return 3
+    return 0
+
+
+def main(argv=None) -> int:
+    ap = build_parser()
+    args = ap.parse_args(argv)
+    try:
+        return run(args, ap)
+    except InputError as e:
         print(f"错误：{e}", file=sys.stderr)
         return 2
-    return 0
+    except KeyboardInterrupt:
+        print("已中断。再运行同一个命令会接着评，已经评完的不会重来。", file=sys.stderr)
+        return 130
+    except Exception as e:  # noqa: BLE001 —— 助教看不到 traceback：写进日志，终端只说一句
+        log = Path(".grading") / "error.log"
+        try:
+            log.parent.mkdir(parents=True, exist_ok=True)
+            with open(log, "a", encoding="utf-8") as fh:
+                fh.write(f"--- {dt.datetime.now().isoformat()} {sys.argv}\n{traceback.format_exc()}\n")
+        except OSError:
+            log = None
+        print(f"内部错误：{type(e).__name__}: {e}。" + (f"完整信息在 {log}，" if log else "")
+              + "请连同这个文件报告给课程维护者。", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -1,63 +1,133 @@
-"""导入：把 LMS 导出的文件夹或 .zip 变成 (学生编号, notebook) → 文件内容；其他一切进入隔离区并写明原因。
+"""导入：把 LMS 下载的文件夹或 .zip 变成 (学生编号, notebook) → 文件内容；其他一切进入隔离区并写明原因。
 
-原始文件只读取，从不修改。支持的文件名：
-- 单 notebook 作业：``STUDENT_ID.ipynb``（也接受 ``STUDENT_ID/NOTEBOOK.ipynb``）；
-- 多 notebook 作业：``STUDENT_ID/NOTEBOOK.ipynb``；
-- 其他 LMS 命名方式：``--name-regex``，一个 Python 正则，匹配相对路径（用 / 分隔），
-  必须有命名组 ``student_id``，可以有 ``notebook``（没有时作业必须只有一个 notebook）。例如 Moodle 的
-  ``张三_12345_assignsubmission_file_/01_attention_by_hand.ipynb`` 可以用
-  ``^[^_/]+_(?P<student_id>\\d+)_assignsubmission_file_/(?P<notebook>[^/]+)\\.ipynb$``。
-如果所有文件都在同一个顶层文件夹里（zip 常见），先去掉这一层。
+原始文件只读取，从不修改。下载的命名方式（布局）自动识别并在输出里说明（lms.py：Canvas、Moodle、
+Blackboard、Gradescope、nbgrader 收集、学号文件夹）；``--lms NAME`` 强制指定；其他命名方式用
+``--name-regex``：一个 Python 正则，匹配相对路径（用 / 分隔），必须有命名组 ``student_id``，可以有
+``notebook``（没有时作业必须只有一个 notebook）。
+- 学生上传的 .zip 会被打开，里面的 notebook 照常评分；Mac 的 __MACOSX/、.DS_Store、.ipynb_checkpoints/
+  不是提交，不进成绩表。
+- 同一学生同一 notebook 有多份时评最新的一份：先看 LMS 记录的提交时间或顺序，再看文件时间；
+  detail 写明评的是哪个文件、没有采用哪些。
+- 迟交：LMS 自己的标记（Canvas 的 late），或 LMS 记录的提交时间晚于截止时间（``--due``，
+  没给时用 gradebook 里 nbgrader 的 duedate）。
+- 导入结果（每份采用的原始文件、学生、提交时间……）存进 .grading/作业/imported/：``feedback`` 和
+  ``export`` 从这份副本出发，不再读原来的下载路径。
 """
 from __future__ import annotations
 
+import dataclasses
+import datetime as dt
 import hashlib
+import io
 import json
 import re
+import shutil
+import sys
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import lms
+from . import roster as roster_mod
+from .lms import STUDENT_RE, InputError  # noqa: F401 —— InputError 也从这里导出（命令行捕获它）
+
 MAX_FILE_BYTES = 50 * 1024 * 1024
-STUDENT_RE = re.compile(r"^[\w.@+-]+$")
+MAX_ZIP_MEMBERS = 2000
+SYSTEM_DIRS = {"__MACOSX", ".ipynb_checkpoints", "__pycache__"}
+SYSTEM_FILES = {"Thumbs.db", "desktop.ini"}
 
 
 @dataclass
 class Item:
-    src: str                          # 在文件夹/zip 里的相对路径
+    src: str                          # 在文件夹/zip 里的相对路径（上传的 zip 里的文件：zip 的路径/里面的路径）
     data: bytes
     mtime: float = 0.0
     student_id: str | None = None
     notebook: str | None = None
     reason: str | None = None         # 不为 None 时：隔离的原因
-    notes: list = field(default_factory=list)
+    notes: list = field(default_factory=list)  # 给 detail 的说明（认出的文件名、评的是哪一份），不影响状态
     nb: dict | None = None
+    skip: bool = False                # 不是提交（系统文件、LMS 的回执、被更新的版本取代）：不进成绩表
+    container: str | None = None      # 从学生上传的 .zip 里取出时：那个 zip 的路径
+    lms_key: str | None = None        # LMS 自己的学生编号（名单把它换成学号之前）
+    name: str = ""                    # LMS 里的学生姓名
+    time: dt.datetime | None = None   # LMS 记录的提交时间
+    order: tuple = ()
+    lms_late: bool = False
+    upload: str = ""                  # 把反馈传回 LMS 时用的文件名前缀
+    submitted_at: dt.datetime | None = None  # 这个学生这次提交的时间（他各个 notebook 里最晚的）
+    late: str | None = None           # 迟交的说明；None = 没有迟交
 
     @property
     def sha(self) -> str:
         return hashlib.sha256(self.data).hexdigest()
 
 
-class InputError(Exception):
-    """提交路径本身有问题（不存在、不是文件夹也不是 zip）。"""
+@dataclass
+class Imported:
+    items: list
+    layout: str
+    title: str
+    source: str = ""
+    roster: roster_mod.Roster | None = None
+    due: dt.datetime | None = None
+    due_from_option: bool = False     # True：截止时间来自 --due（要写进 gradebook）
+
+    @property
+    def roster_ids(self) -> set | None:
+        return set(self.roster.ids) if self.roster else None
+
+
+# ----------------------------------------------------------------------------- 读文件
+def _zip_name(info: zipfile.ZipInfo) -> str:
+    """zip 里的文件名。没有 UTF-8 标记的是按本地编码存的（中文 Windows 是 GBK），Python 按 cp437 读错了。"""
+    name = info.filename
+    if not info.flag_bits & 0x800:
+        raw = name.encode("cp437", errors="replace")
+        for enc in ("utf-8", "gb18030"):
+            try:
+                name = raw.decode(enc)
+                break
+            except UnicodeDecodeError:
+                continue
+    return name.replace("\\", "/")
+
+
+def _read_zip(zf: zipfile.ZipFile, prefix: str = "", container: str | None = None) -> list[Item]:
+    items = []
+    for info in zf.infolist()[:MAX_ZIP_MEMBERS]:
+        if info.is_dir():
+            continue
+        name = prefix + _zip_name(info)
+        if info.file_size > MAX_FILE_BYTES:
+            items.append(Item(name, b"", reason=f"文件太大（{info.file_size // 2**20} MB）", container=container))
+            continue
+        mt = dt.datetime(*info.date_time).timestamp()
+        items.append(Item(name, zf.read(info), mtime=mt, container=container))
+    return items
+
+
+def _unzip_upload(it: Item) -> list[Item]:
+    """学生上传的 .zip：取出里面的文件（只打开一层）。"""
+    try:
+        with zipfile.ZipFile(io.BytesIO(it.data)) as zf:
+            inner = _read_zip(zf, prefix=it.src + "/", container=it.src)
+    except (zipfile.BadZipFile, OSError, EOFError) as e:
+        it.reason = f"上传的 .zip 打不开：{e}"
+        return [it]
+    if not inner:
+        it.reason = "上传的 .zip 是空的"
+        return [it]
+    return inner
 
 
 def read_inputs(path: Path) -> list[Item]:
     path = Path(path)
-    items: list[Item] = []
     if path.is_file() and zipfile.is_zipfile(path):
         with zipfile.ZipFile(path) as zf:
-            for info in zf.infolist():
-                if info.is_dir():
-                    continue
-                name = info.filename.replace("\\", "/")
-                if info.file_size > MAX_FILE_BYTES:
-                    items.append(Item(name, b"", reason=f"文件太大（{info.file_size // 2**20} MB）"))
-                    continue
-                import datetime
-                mt = datetime.datetime(*info.date_time).timestamp()
-                items.append(Item(name, zf.read(info), mtime=mt))
+            items = _read_zip(zf)
     elif path.is_dir():
+        items = []
         for p in sorted(path.rglob("*")):
             if p.is_file():
                 rel = p.relative_to(path).as_posix()
@@ -70,28 +140,32 @@ def read_inputs(path: Path) -> list[Item]:
         raise InputError(f"{path} 既不是文件夹也不是 .zip 文件")
     else:
         raise InputError(f"找不到提交路径：{path}")
-    return items
+    out = []
+    for it in items:
+        upload = it.src.lower().endswith(".zip") and not it.reason and system_reason(it.src) is None
+        out += _unzip_upload(it) if upload else [it]
+    return out
 
 
-def _strip_common_top(items: list[Item], single: bool) -> None:
-    paths = [it.src for it in items]
-    if not paths or any("/" not in p for p in paths):
-        return
-    tops = {p.split("/", 1)[0] for p in paths}
-    if len(tops) != 1:
-        return
-    depth = max(p.count("/") + 1 for p in paths)
-    if depth >= 3 or single:
-        n = len(next(iter(tops))) + 1
-        for it in items:
-            it.src = it.src[n:]
+def system_reason(src: str) -> str | None:
+    parts = src.split("/")
+    if SYSTEM_DIRS & set(parts[:-1]) or parts[-1].startswith(".") or parts[-1] in SYSTEM_FILES:
+        return "系统生成的文件（不是提交）"
+    return None
 
 
+# ----------------------------------------------------------------------------- notebook 名和内容
 def _norm_name(name: str) -> str:
     n = name.strip().lower()
     n = re.sub(r"^(copy of |副本[ _-]*|copy_of_)", "", n)
-    n = re.sub(r"(\s*\(\d+\)|[ _-]copy\d*|\s*-\s*副本|\s*的副本)$", "", n)
+    # 浏览器的 “ (1)”、Canvas 重新上传的 “-1”、各种 “副本”
+    n = re.sub(r"(\s*\(\d+\)|-\d+|[ _-]copy\d*|\s*-\s*副本|\s*的副本)$", "", n)
     return n.strip()
+
+
+def _copy_number(src: str) -> int:
+    m = re.search(r"(?:\((\d+)\)|-(\d+))\.ipynb$", src)
+    return int(m.group(1) or m.group(2)) if m else 0
 
 
 def resolve_notebook(name: str, notebooks: list[str]) -> tuple[str | None, str | None]:
@@ -129,75 +203,320 @@ def parse_notebook(data: bytes) -> tuple[dict | None, str | None]:
     return nb, None
 
 
-def collect(path: Path, notebooks: list[str], name_regex: str | None = None,
-            roster: set[str] | None = None) -> list[Item]:
-    """读取并分类所有输入文件。每个文件都会出现在返回值里：有 student_id/notebook 的可以评分，
-    reason 不为 None 的进入隔离区。"""
-    items = read_inputs(path)
-    single = len(notebooks) == 1
-    _strip_common_top(items, single)
-    if name_regex:
-        pats = [re.compile(name_regex)]
-        if "student_id" not in pats[0].groupindex:
-            raise InputError("--name-regex 必须有命名组 (?P<student_id>...)")
-        if "notebook" not in pats[0].groupindex and not single:
-            raise InputError("这个作业有多个 notebook，--name-regex 必须有命名组 (?P<notebook>...)")
-    else:
-        pats = [re.compile(r"^(?P<student_id>[^/]+)/(?P<notebook>[^/]+)\.ipynb$")]
-        if single:
-            pats.append(re.compile(r"^(?P<student_id>[^/]+)\.ipynb$"))
-    layout = "STUDENT_ID.ipynb 或 STUDENT_ID/NOTEBOOK.ipynb" if single else "STUDENT_ID/NOTEBOOK.ipynb"
+# ----------------------------------------------------------------------------- 布局
+def _strip_common_top(items: list[Item], single: bool) -> None:
+    """所有文件都在同一个顶层文件夹里（zip 常见）时去掉这一层：学号文件夹至少三层，或单 notebook 作业。"""
+    paths = [it.container or it.src for it in items if not it.skip]
+    tops = {p.split("/", 1)[0] for p in paths}
+    if not paths or len(tops) != 1 or any("/" not in p for p in paths):
+        return
+    if max(p.count("/") + 1 for p in paths) >= 3 or single:
+        n = len(tops.pop()) + 1
+        for it in items:
+            if not it.skip:
+                it.src = it.src[n:]
+                it.container = it.container[n:] if it.container else None
+
+
+def _context(items: list[Item], assignment: str, notebooks: list[str]) -> lms.Context:
+    """读出下载里的元数据文件（它们本身不是提交，标成 skip）。"""
+    ctx = lms.Context(assignment, notebooks, lambda name: resolve_notebook(name, notebooks))
+    nbgrader_dir = lms.nbgrader_res(assignment)[0]
     for it in items:
-        if it.reason:
+        if it.reason or it.container:
             continue
-        m = next((p.match(it.src) for p in pats if p.match(it.src)), None)
-        if m is None:
-            base = it.src.rsplit("/", 1)[-1]
-            if base.startswith(".") or it.src.startswith("__MACOSX/"):
-                it.reason = "系统生成的文件（不是提交）"
-            elif not it.src.endswith(".ipynb"):
-                it.reason = "不是 .ipynb 文件"
-            else:
-                it.reason = f"文件名不符合约定（应为 {layout}，或用 --name-regex 指定）"
-            continue
-        sid = m.group("student_id").strip()
-        nbname = m.groupdict().get("notebook")
-        if not STUDENT_RE.match(sid):
-            it.reason = f"学生编号 {sid!r} 含非法字符"
-            continue
-        it.student_id = sid
-        if nbname is None:
-            nbname = notebooks[0]
-        canon, note = resolve_notebook(nbname, notebooks)
-        if canon is None:
-            it.reason = f"notebook 名称不对：{nbname}（本作业的 notebook：{', '.join(notebooks)}）"
-            continue
-        it.notebook = canon
-        if note:
-            it.notes.append(note)
-        if roster is not None and sid not in roster:
-            it.reason = f"名单里没有学生 {sid}"
-            continue
-        nb, why = parse_notebook(it.data)
-        if why:
-            it.reason = why
-            continue
-        it.nb = nb
-    # 同一学生同一 notebook 有多份：用最新的一份，其余隔离
+        base = it.src.rsplit("/", 1)[-1]
+        receipt = lms.BB_RECEIPT_RE.match(base)
+        if receipt:
+            info = lms.read_bb_receipt(it.data.decode("utf-8-sig", errors="replace"))
+            if info:
+                ctx.receipts[receipt.group("base")] = info
+                it.reason, it.skip = "Blackboard 的提交回执（已读取）", True
+        elif base == "submission_metadata.yml":
+            try:
+                ctx.gradescope = lms.read_gradescope_metadata(it.data)
+            except Exception as e:  # noqa: BLE001 —— yaml 的各种错误：当作没有元数据，并说明原因
+                ctx.gradescope_error = f"submission_metadata.yml 读不懂：{e}"
+            it.reason, it.skip = "Gradescope 的 submission_metadata.yml（已读取）", True
+        elif base == "timestamp.txt":
+            m = nbgrader_dir.search(it.src)
+            t = lms.parse_nbgrader_time(it.data.decode("utf-8", errors="replace")) if m else None
+            if m and t:
+                ctx.nbgrader_times[m.group("dir")] = t
+                it.reason, it.skip = "nbgrader 的 timestamp.txt（已读取）", True
+    return ctx
+
+
+def _compile_regex(name_regex: str, single: bool) -> re.Pattern:
+    try:
+        pat = re.compile(name_regex)
+    except re.error as e:
+        where = f"（第 {e.pos + 1} 个字符附近）" if e.pos is not None else ""
+        raise InputError(f"--name-regex 不是合法的正则表达式{where}：{e.msg}。例子："
+                         r"'^(?P<student_id>\d+)_(?P<notebook>.+)\.ipynb$'") from None
+    if "student_id" not in pat.groupindex:
+        raise InputError("--name-regex 必须有命名组 (?P<student_id>...)")
+    if "notebook" not in pat.groupindex and not single:
+        raise InputError("这个作业有多个 notebook，--name-regex 必须有命名组 (?P<notebook>...)")
+    return pat
+
+
+def _classify(it: Item, f: lms.Found, roster, notebooks: list[str]) -> None:
+    """一个文件加上从路径读出的信息 → 学生、notebook、notebook 内容，或隔离的原因。"""
+    it.lms_key, it.name, it.time, it.order, it.lms_late, it.upload = f.key, f.name, f.time, f.order, f.late, f.upload
+    filename = it.src.rsplit("/", 1)[-1] if it.container else f.filename
+    sid = f.key
+    if sid is not None and roster is not None:
+        sid = roster.lookup(f.key)
+        if sid is None and roster.by_name(f.name):
+            sid = roster.by_name(f.name)
+            it.notes.append(f"按姓名 {f.name} 对上名单里的 {sid}（LMS 编号 {f.key}）")
+        if sid is None:
+            it.student_id = f.key if STUDENT_RE.match(f.key) else None
+            it.reason = f"名单里没有学生 {f.key}" + (f"（{f.name}）" if f.name else "")
+            return
+    if sid is not None and not STUDENT_RE.match(sid):
+        it.reason = f"学生编号 {sid!r} 含非法字符"
+        return
+    it.student_id = sid
+    if f.error or sid is None:
+        it.reason = f.error or "认不出是哪个学生"
+        return
+    if not filename.lower().endswith(".ipynb"):
+        it.reason = "不是 .ipynb 文件"
+        return
+    canon, note = resolve_notebook(filename[:-len(".ipynb")], notebooks)
+    if canon is None:
+        it.reason = f"notebook 名称不对：{filename}（本作业的 notebook：{', '.join(notebooks)}）"
+        return
+    it.notebook = canon
+    if note:
+        it.notes.append(note)
+    nb, why = parse_notebook(it.data)
+    if why:
+        it.reason = why
+        return
+    it.nb = nb
+
+
+def _describe(it: Item) -> str:
+    if it.time:
+        when = f"提交于 {lms.show_time(it.time)}"
+    elif it.order:
+        when = f"附件编号 {it.order[0]}"
+    else:
+        when = f"文件时间 {dt.datetime.fromtimestamp(it.mtime).strftime('%Y-%m-%d %H:%M')}"
+    return f"{it.src}（{when}）"
+
+
+def _pick_newest(items: list[Item]) -> None:
+    """同一学生同一 notebook 的多份：LMS 的提交时间、LMS 的顺序、文件时间、“(1)”“-1” 的编号，最新的评分。"""
     groups: dict[tuple, list[Item]] = {}
     for it in items:
         if it.reason is None:
             groups.setdefault((it.student_id, it.notebook), []).append(it)
-    for key, group in groups.items():
-        if len(group) > 1:
-            group.sort(key=lambda x: (x.notebook == _plain(x), x.mtime, x.src))
-            keep = group[-1]
-            for it in group[:-1]:
-                it.reason = f"重复提交：同一学生同一 notebook 已使用 {keep.src}"
-    return items
+    for group in groups.values():
+        if len(group) < 2:
+            continue
+        group.sort(key=lambda x: (x.time.timestamp() if x.time else float("-inf"), x.order, x.mtime,
+                                  _copy_number(x.src), x.src))
+        keep = group[-1]
+        for it in group[:-1]:
+            it.reason, it.skip = f"重复提交：同一学生同一 notebook 评的是更新的 {keep.src}", True
+        keep.notes.append(f"评分的是最新的 {_describe(keep)}；没有采用较早的 "
+                          + "、".join(_describe(x) for x in reversed(group[:-1])))
 
 
-def _plain(it: Item) -> str | None:
-    """文件名本身就是规范 notebook 名时，优先使用这一份。"""
-    base = it.src.rsplit("/", 1)[-1]
-    return base[:-6] if base.endswith(".ipynb") else None
+def _mark_late(items: list[Item], due: dt.datetime | None, label: str) -> None:
+    students: dict[str, list[Item]] = {}
+    for it in items:
+        if it.reason is None:
+            students.setdefault(it.student_id, []).append(it)
+    for its in students.values():
+        times = [it.time for it in its if it.time]
+        for it in its:
+            it.submitted_at = max(times) if times else None
+            after = due is not None and it.time is not None and it.time > due
+            when = (f"（{lms.show_time(it.time)} 提交，截止 {lms.show_time(due)}，晚了 {lms.how_late(it.time - due)}）"
+                    if after else "")
+            if it.lms_late:
+                it.late = f"{label} 标记为迟交" + when
+            elif after:
+                it.late = "迟交" + when
+
+
+def import_download(path: Path, notebooks: list[str], *, assignment: str = "", name_regex: str | None = None,
+                    roster=None, lms_name: str | None = None, due: dt.datetime | None = None) -> Imported:
+    """读取并分类所有输入文件。每个文件都在返回的 items 里：有 student_id/notebook 且 reason 为 None 的
+    可以评分；reason 不为 None 的进入隔离区（skip 的不算提交，不进成绩表）。"""
+    if roster is not None and not isinstance(roster, roster_mod.Roster):
+        roster = roster_mod.Roster.from_ids(roster)
+    items = read_inputs(path)
+    for it in items:
+        why = None if it.reason else system_reason(it.src)
+        if why:
+            it.reason, it.skip = why, True
+    single = len(notebooks) == 1
+    _strip_common_top(items, single)
+    ctx = _context(items, assignment, notebooks)
+    pat = None
+    if name_regex:
+        pat = _compile_regex(name_regex, single)
+        layout, title = "regex", "自定义正则（--name-regex）"
+    else:
+        if lms_name and lms_name not in lms.LAYOUTS:
+            raise InputError(f"不认识的 --lms {lms_name}（可以是：{'、'.join(lms.LAYOUTS)}）")
+        layout = lms_name or lms.detect([it.container or it.src for it in items if not it.reason], ctx)
+        title = lms.LAYOUTS[layout][0]
+    out: list[Item] = []
+    for it in items:
+        if it.reason:
+            out.append(it)
+            continue
+        if pat is not None:
+            m = pat.match(it.src)
+            founds = [lms.Found(m.group("student_id").strip(),
+                                (m.groupdict().get("notebook") or notebooks[0]) + ".ipynb")] if m else []
+        else:
+            founds = lms.parse(layout, it.container or it.src, ctx)
+        if not founds:
+            it.reason = "不是 .ipynb 文件" if not it.src.lower().endswith(".ipynb") else \
+                f"文件名不符合约定：按{title}认不出来（可以用 --lms 或 --name-regex 指定）"
+            out.append(it)
+            continue
+        for k, f in enumerate(founds):  # Gradescope 的小组提交：每个组员一份
+            x = it if k == 0 else dataclasses.replace(it, notes=[])
+            _classify(x, f, roster, notebooks)
+            out.append(x)
+    _pick_newest(out)
+    _mark_late(out, due, lms.label(title))
+    return Imported(out, layout, title, source=str(Path(path).resolve()), roster=roster, due=due)
+
+
+def collect(path: Path, notebooks: list[str], name_regex: str | None = None, roster=None, **kw) -> list[Item]:
+    """``import_download`` 的简写：只要文件列表。"""
+    return import_download(path, notebooks, name_regex=name_regex, roster=roster, **kw).items
+
+
+# ----------------------------------------------------------------------------- 导入结果的副本
+ITEM_FIELDS = ["src", "mtime", "student_id", "notebook", "reason", "notes", "skip", "container", "lms_key", "name",
+               "order", "lms_late", "upload", "late"]
+
+
+def _iso(t: dt.datetime | None) -> str | None:
+    return t.isoformat() if t else None
+
+
+def _from_iso(s: str | None) -> dt.datetime | None:
+    return dt.datetime.fromisoformat(s) if s else None
+
+
+def save_import(ws: Path, imp: Imported) -> None:
+    """把这次导入的结果存进 ws/imported/：manifest.json 加上每份要评分的原始文件。"""
+    final, tmp = ws / "imported", ws / "imported.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    recs = []
+    for k, it in enumerate(imp.items):
+        rec = {f: getattr(it, f) for f in ITEM_FIELDS}
+        rec.update(time=_iso(it.time), submitted_at=_iso(it.submitted_at))
+        if it.reason is None:
+            rec["file"] = f"{k:05d}.ipynb"
+            (tmp / rec["file"]).write_bytes(it.data)
+        recs.append(rec)
+    meta = {"layout": imp.layout, "title": imp.title, "source": imp.source, "due": _iso(imp.due),
+            "due_from_option": imp.due_from_option, "roster": imp.roster.to_json() if imp.roster else None,
+            "items": recs}
+    (tmp / "manifest.json").write_text(json.dumps(meta, ensure_ascii=False, indent=1), encoding="utf-8")
+    shutil.rmtree(final, ignore_errors=True)
+    tmp.rename(final)
+
+
+def load_import(ws: Path) -> Imported:
+    d = ws / "imported"
+    try:
+        meta = json.loads((d / "manifest.json").read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        raise InputError(f"没有找到上次 grade 导入的副本（{d}）：请先运行 grade") from None
+    items = []
+    for rec in meta["items"]:
+        it = Item(**{f: rec[f] for f in ITEM_FIELDS}, data=b"", time=_from_iso(rec["time"]),
+                  submitted_at=_from_iso(rec["submitted_at"]))
+        it.order = tuple(it.order)
+        if rec.get("file"):
+            it.data = (d / rec["file"]).read_bytes()
+            it.nb, _ = parse_notebook(it.data)
+        items.append(it)
+    roster = roster_mod.Roster.from_json(meta["roster"]) if meta["roster"] else None
+    return Imported(items, meta["layout"], meta["title"], meta["source"], roster, _from_iso(meta["due"]),
+                    meta["due_from_option"])
+
+
+def parse_due(text: str) -> dt.datetime:
+    from dateutil import parser as dateparser
+    try:
+        return lms.local(dateparser.parse(text))
+    except (ValueError, OverflowError):
+        raise InputError(f"--due 看不懂：{text!r}（写成 2024-03-01 23:59，或带时区 2024-03-01T23:59+08:00）") from None
+
+
+def gather(opts, notebooks: list[str], ws: Path, due_in_gradebook: dt.datetime | None = None) -> Imported:
+    """grade：读名单、导入下载、存副本；feedback（opts.reuse_import）：读上次存的副本。都向助教说明用的是什么。"""
+    say = (lambda *a: None) if opts.quiet else (lambda *a: print(*a, file=sys.stderr))
+    if opts.reuse_import:
+        imp = load_import(ws)
+        n = sum(it.reason is None for it in imp.items)
+        say(f"反馈：重用上次 grade 导入的 {n} 份 notebook（副本在 {ws / 'imported'}，布局：{imp.title}；"
+            f"原来的下载 {imp.source} 不再读取）" + _roster_and_due(imp))
+        return imp
+    roster = roster_mod.load(opts.roster, opts.roster_id_column) if opts.roster else None
+    due = parse_due(opts.due) if opts.due else due_in_gradebook
+    imp = import_download(opts.submissions, notebooks, assignment=opts.assignment, name_regex=opts.name_regex,
+                          roster=roster, lms_name=opts.lms, due=due)
+    imp.due_from_option = bool(opts.due)
+    save_import(ws, imp)
+    graded = [it for it in imp.items if it.reason is None]
+    held = sum(bool(it.reason) and not it.skip for it in imp.items)
+    say(f"识别为 {imp.title}：{len(graded)} 份 notebook，{len({it.student_id for it in graded})} 名学生；"
+        f"隔离 {held} 个文件；不算提交的 {sum(it.skip for it in imp.items)} 个（系统文件、LMS 回执、较早的版本）"
+        + _roster_and_due(imp))
+    if roster and not graded and any((it.reason or "").startswith("名单里没有") for it in imp.items):
+        say(f"注意：名单 {roster.source} 里一个 {lms.label(imp.title)} 编号也对不上。{lms.label(imp.title)} 的下载里是它自己的"
+            "编号：请用 LMS 导出的成绩表当名单（Canvas 成绩册导出、Moodle 评分工作表、Blackboard 成绩中心文件，"
+            "它们有学号和 LMS 编号两列），或者不给名单。")
+    if imp.due is not None and graded and not any(it.time for it in graded) and imp.layout != "canvas":
+        say(f"注意：{lms.label(imp.title)} 的下载里没有提交时间，没法按截止时间判断迟交。")
+    return imp
+
+
+def _roster_and_due(imp: Imported) -> str:
+    text = ""
+    if imp.roster:
+        r = imp.roster
+        text += f"；名单：{r.source}（{r.kind}，学号列“{r.id_column or '第 1 列'}”，{len(r.ids)} 名学生）"
+    if imp.due:
+        text += f"；截止时间 {lms.show_time(imp.due)}（{'--due' if imp.due_from_option else 'gradebook 里的 duedate'}）"
+    return text
+
+
+def write_timestamp(sub_dir: Path, it: Item) -> None:
+    """nbgrader 记提交时间的地方：submitted/学生/作业/timestamp.txt（nbgrader autograde 也读它）。"""
+    p = Path(sub_dir) / "timestamp.txt"
+    if it.submitted_at is None:
+        p.unlink(missing_ok=True)
+        return
+    p.write_text(it.submitted_at.astimezone(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f UTC"), encoding="utf-8")
+
+
+def utc_naive(t: dt.datetime | None) -> dt.datetime | None:
+    """nbgrader 的 gradebook 里时间都是不带时区的 UTC（nbgrader.utils.parse_utc 的约定）。"""
+    return t.astimezone(dt.timezone.utc).replace(tzinfo=None) if t else None
+
+
+def annotate(status: str, detail: list, it: Item) -> tuple[str, list]:
+    """导入时知道的事写进这一行：认出的文件名、评的是哪一份（有多份时）、迟交（status 加上 late）。"""
+    detail = detail + it.notes
+    if it.late:
+        status = "late" if status == "ok" else status + "+late"
+        detail.append(it.late)
+    return status, detail

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 NBG = "nbgrader"
@@ -59,15 +60,15 @@ def grade_cells(nb: dict) -> dict:
     return out
 
 
-def ensure_assignment(db_url: str, assignment: str, release_nbs: dict) -> None:
+def ensure_assignment(db_url: str, assignment: str, release_nbs: dict, duedate=None) -> None:
     """把作业结构（各 notebook 的评分单元格、分值）从 release/ 写入 gradebook（nbgrader 的 SaveCells）。
-    用 release 而不是 source：数据库里不会出现隐藏测试。"""
+    用 release 而不是 source：数据库里不会出现隐藏测试。duedate（不带时区的 UTC）给了就记成作业的截止时间。"""
     import nbformat
     from nbgrader.api import Gradebook, MissingEntry
     from nbgrader.preprocessors import SaveCells
     _patch_alembic()
     with Gradebook(db_url) as gb:
-        gb.update_or_create_assignment(assignment)
+        gb.update_or_create_assignment(assignment, **({"duedate": duedate} if duedate else {}))
         for name, nb in release_nbs.items():
             want = grade_cells(nb)
             try:
@@ -94,33 +95,105 @@ def open_gradebook(db_url: str):
     return gb
 
 
-def write_scores(gb, assignment: str, student: str, notebook: str, scores: dict,
-                 unanswered: set, commit: bool = True) -> tuple[float, float, int]:
-    """scores: grade_id -> 自动评分的分数（None = 需要人工评分）。返回 (总分, 满分, 待人工评分的单元格数)。
-    人工给过的分数（manual_score）保留不动。commit=False 时由调用者成批提交（中途断掉也没关系：
-    再次运行会从 .grading/ 里的执行结果把分数重新写一遍）。"""
+def read_duedate(db_path: Path, assignment: str):
+    """gradebook 里 nbgrader 记的作业截止时间（带时区），没有时 None。"""
+    import datetime as dt
+    from nbgrader.api import Gradebook, MissingEntry
+    if not Path(db_path).exists():
+        return None
+    _patch_alembic()
+    with Gradebook("sqlite:///" + str(db_path)) as gb:
+        try:
+            due = gb.find_assignment(assignment).duedate
+        except MissingEntry:
+            return None
+    return due.replace(tzinfo=dt.timezone.utc) if due else None
+
+
+def late_penalties(course: Path):
+    """nbgrader 的迟交扣分设置：课程的 nbgrader_config.py 里 AssignLatePenalties.plugin_class 和
+    LateSubmissionPlugin.penalty_method（默认不扣分），和 nbgrader autograde 用的是同一个插件。"""
+    from nbgrader.preprocessors import AssignLatePenalties
+    from traitlets.config.loader import PyFileConfigLoader
+    pp = AssignLatePenalties(config=PyFileConfigLoader("nbgrader_config.py", path=str(course)).load_config())
+    pp.init_plugin()
+    return pp
+
+
+def _answers(nb: dict, release: dict) -> dict:
+    """每个评分单元格对应的答案：文字题是它自己的内容，其余（自动评分的测试、任务）是全部代码答案。"""
+    from .repair import _gid, _meta, _norm, _src
+    solutions = {_gid(c): (c.get("cell_type"), _norm(_src(c))) for c in nb["cells"]
+                 if _gid(c) and _meta(c).get("solution")}
+    code = "\n".join(text for _, (kind, text) in sorted(solutions.items()) if kind == "code")
+    return {gid: solutions[gid][1] if gid in solutions else code for gid in grade_cells(release)}
+
+
+def changed_answers(previous: Path, nb: dict, release: dict) -> set:
+    """和上次评分的版本（课程里的 submitted/学生/作业/NOTEBOOK.ipynb）相比，答案变了的评分单元格。"""
+    try:
+        old = json.loads(Path(previous).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return set()
+    before, now = _answers(old, release), _answers(nb, release)
+    return {gid for gid in now if before.get(gid) != now[gid]}
+
+
+@dataclass
+class Written:
+    score: float          # 扣掉迟交扣分之后
+    max_score: float
+    pending: int          # 待人工评分的单元格数
+    notes: list           # 给 detail 的说明（人工分因答案改动被清除、迟交扣分）
+
+
+def write_scores(gb, assignment: str, student: str, notebook: str, scores: dict, unanswered: set,
+                 commit: bool = True, changed: set = frozenset(), timestamp=None, late=None) -> Written:
+    """scores: grade_id -> 自动评分的分数（None = 需要人工评分）。
+    人工分跟着答案走：答案没变的单元格，formgrader 里给的分和标记都不动；答案变了（changed）且有人工分的，
+    清掉人工分并标记为需要人工评分。timestamp（不带时区的 UTC）记在 nbgrader 放提交时间的地方
+    （SubmittedAssignment.timestamp）；late 是 late_penalties() 的结果，迟交时按 nbgrader 的设置扣分。
+    commit=False 时由调用者成批提交（中途断掉也没关系：再次运行会从 .grading/ 里的执行结果把分数重新写一遍）。"""
     from nbgrader.api import MissingEntry
     gb.update_or_create_student(student)
     try:
-        gb.find_submission(assignment, student)
+        sub = gb.find_submission(assignment, student)
     except MissingEntry:
-        gb.add_submission(assignment, student)
+        sub = gb.add_submission(assignment, student)
+    if timestamp is not None:
+        sub.timestamp = timestamp
     sn = gb.find_submission_notebook(notebook, assignment, student)
-    pending = 0
+    pending, notes, regrade = 0, [], []
     for grade in sn.grades:
         gid = grade.cell.name
         auto = scores.get(gid)
         grade.auto_score = auto
-        grade.needs_manual_grade = auto is None or grade.manual_score is not None
+        if gid in changed and (grade.manual_score is not None or grade.extra_credit is not None):
+            regrade.append(f"{gid}（原来 {grade.manual_score or 0:g} 分）")
+            grade.manual_score = grade.extra_credit = None
+            grade.needs_manual_grade = True
+        elif grade.manual_score is None:
+            grade.needs_manual_grade = auto is None
         if auto is None and grade.manual_score is None:
             pending += 1
+    if regrade:
+        notes.append("答案改过了，原来的人工分已清除，请在 formgrader 里重新评分：" + "、".join(regrade))
     for comment in sn.comments:
         comment.auto_comment = "No response." if comment.cell.name in unanswered else None
+    gb.db.flush()
+    gb.db.expire(sn)
+    sn.late_submission_penalty = None
+    if late is not None and sub.total_seconds_late > 0:
+        penalty = late.plugin_inst.late_submission_penalty(student, sn.score, sub.total_seconds_late)
+        if penalty is not None:
+            sn.late_submission_penalty = late._check_late_penalty(sn, penalty)
+            notes.append(f"迟交扣分 {sn.late_submission_penalty:g}（nbgrader 的迟交设置），扣前 {float(sn.score):g} 分")
     gb.db.flush()
     if commit:
         gb.db.commit()
     sn = gb.find_submission_notebook(notebook, assignment, student)
-    return float(sn.score), float(sn.max_score), pending
+    penalty = float(sn.late_submission_penalty or 0)
+    return Written(max(0.0, float(sn.score) - penalty), float(sn.max_score), pending, notes)
 
 
 import functools

@@ -45,6 +45,10 @@ class Options:
     limits: sandbox.Limits = field(default_factory=sandbox.Limits)
     name_regex: str | None = None
     roster: Path | None = None
+    roster_id_column: str | None = None
+    lms: str | None = None             # 强制的下载布局（None = 自动识别）
+    due: str | None = None             # 截止时间（None = 用 gradebook 里的 duedate）
+    reuse_import: bool = False         # feedback：用上次导入的副本，不读下载路径
     checks_module: str = "lib.grading.exercise_checks"
     probes_file: Path = HERE / "probes.py"
     use_bwrap: bool | None = None      # None = 自动
@@ -293,17 +297,14 @@ def run(opts: Options) -> list[Row]:
         raise SystemExit(f"{course} 不是课程根目录（没有 nbgrader_config.py）。请在课程根目录运行。")
     release = release_notebooks(course, opts.assignment)
     notebooks = list(release)
-    roster = None
-    if opts.roster:
-        roster = {line.split(",")[0].strip() for line in Path(opts.roster).read_text(encoding="utf-8").splitlines()
-                  if line.strip() and not line.startswith("#")}
-        roster.discard("student_id")
-    items = collect_mod.collect(opts.submissions, notebooks, opts.name_regex, roster)
+    ws = course / ".grading" / opts.assignment
+    (ws / "state").mkdir(parents=True, exist_ok=True)
+    imported = collect_mod.gather(opts, notebooks, ws, gradebook_io.read_duedate(course / "gradebook.db",
+                                                                                 opts.assignment))
+    items, roster = imported.items, imported.roster_ids
     checks = load_checks(opts.checks_module)
     probes_source = Path(opts.probes_file).read_text(encoding="utf-8")
     version = grader_version(opts, probes_source)
-    ws = course / ".grading" / opts.assignment
-    (ws / "state").mkdir(parents=True, exist_ok=True)
     (ws / "last_run.json").write_text(json.dumps({
         "submissions": str(Path(opts.submissions).resolve()), "jobs": opts.jobs, "name_regex": opts.name_regex,
         "roster": str(opts.roster) if opts.roster else None, "cell_timeout": opts.limits.cell_timeout,
@@ -317,7 +318,8 @@ def run(opts: Options) -> list[Row]:
 
     def _setup_gradebook():
         try:
-            gradebook_io.ensure_assignment(db_url, opts.assignment, release)
+            gradebook_io.ensure_assignment(db_url, opts.assignment, release,
+                                           collect_mod.utc_naive(imported.due) if imported.due_from_option else None)
         except Exception as e:  # noqa: BLE001 —— 交给主线程报告
             setup_error.append(e)
 
@@ -346,7 +348,7 @@ def run(opts: Options) -> list[Row]:
     rows: list[Row] = []
     quarantine = ws / "quarantine"
     for it in items:
-        if it.reason:
+        if it.reason and not it.skip:
             qp = quarantine / _safe_name(it.src.replace("/", "__"))
             qp.parent.mkdir(parents=True, exist_ok=True)
             if it.data:
@@ -369,7 +371,6 @@ def run(opts: Options) -> list[Row]:
     def work(it):
         rel = release[it.notebook]
         repaired, rnotes = repair.repair(it.nb, rel)
-        rnotes = it.notes + rnotes
         auto_gids = [g for g, (p, auto) in gradebook_io.grade_cells(rel).items() if auto]
         key = f"{_safe_name(it.student_id)}__{_safe_name(it.notebook)}.json"
         sp = ws / "state" / key
@@ -411,6 +412,7 @@ def run(opts: Options) -> list[Row]:
         pool.shutdown(wait=True)
         raise
     gb = gradebook_io.open_gradebook(db_url)
+    late_penalties = gradebook_io.late_penalties(course)
     uncommitted = 0
     bar = None
     if opts.progress and not opts.quiet and todo:
@@ -433,16 +435,22 @@ def run(opts: Options) -> list[Row]:
                     status, detail = status_of(rnotes, state["exec"], verdict)
                     sub_dir = course / "submitted" / it.student_id / opts.assignment
                     ag_dir = course / "autograded" / it.student_id / opts.assignment
+                    changed = gradebook_io.changed_answers(sub_dir / f"{it.notebook}.ipynb", repaired,
+                                                           release[it.notebook])
                     for d, nbd in ((sub_dir, repaired), (ag_dir, agnb)):
                         d.mkdir(parents=True, exist_ok=True)
                         (d / f"{it.notebook}.ipynb").write_text(json.dumps(nbd, ensure_ascii=False, indent=1),
                                                                 encoding="utf-8")
+                    collect_mod.write_timestamp(sub_dir, it)
                     # 有反馈要写时先提交（反馈从数据库读分数）；否则每 20 份提交一次
                     uncommitted += 1
                     commit = opts.feedback or uncommitted >= 20
-                    score, max_score, pending = gradebook_io.write_scores(
+                    written = gradebook_io.write_scores(
                         gb, opts.assignment, it.student_id, it.notebook, verdict["scores"], unanswered,
-                        commit=commit)
+                        commit=commit, changed=changed, timestamp=collect_mod.utc_naive(it.submitted_at),
+                        late=late_penalties)
+                    score, max_score, pending = written.score, written.max_score, written.pending
+                    status, detail = collect_mod.annotate(status, detail + written.notes, it)
                     if commit:
                         uncommitted = 0
                     if pending:
@@ -487,7 +495,7 @@ def run(opts: Options) -> list[Row]:
 
 def write_csv(path: Path, rows: list[Row]) -> None:
     tmp = path.with_suffix(".csv.tmp")
-    with open(tmp, "w", newline="", encoding="utf-8") as f:
+    with open(tmp, "w", newline="", encoding="utf-8-sig") as f:  # 带 BOM：中文 Windows 上的 Excel 才不乱码
         w = csv.DictWriter(f, fieldnames=CSV_FIELDS)
         w.writeheader()
         for r in rows:

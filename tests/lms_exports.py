@@ -1,0 +1,233 @@
+"""造出各个 LMS 真实样子的下载和成绩文件（测试数据生成器，不是测试文件）。
+
+命名都照 lib/grading/lms.py 注释里的出处：Canvas 的 ContentZipper 和 GradebookExporter、Moodle 的
+download_submissions 和离线评分工作表、Blackboard 的 “下载作业” 回执和成绩中心 Work Offline 文件、
+Gradescope 的 Export Submissions（Ruby 写的 submission_metadata.yml）、nbgrader 的 submitted/ 目录。
+"""
+from __future__ import annotations
+
+import codecs
+import csv
+import datetime as dt
+import io
+import re
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+CST = dt.timezone(dt.timedelta(hours=8))
+
+
+@dataclass(frozen=True)
+class Student:
+    sid: str            # 学号（教务系统）
+    name: str           # 中文姓名
+    english: str        # LMS 里的英文名 “Wei Zhang”
+    canvas_id: int      # Canvas 用户 ID
+    pid: int            # Moodle 参与者编号
+    username: str       # Blackboard 用户名、邮箱前缀
+
+    @property
+    def sortable(self) -> str:  # Canvas 的 sortable_name：“Zhang, Wei”
+        first, last = self.english.split(" ", 1)
+        return f"{last}, {first}"
+
+    @property
+    def email(self) -> str:
+        return f"{self.username}@example.edu.cn"
+
+
+STUDENTS = [Student("2024001", "张伟", "Wei Zhang", 50001, 123456, "zhangwei"),
+            Student("2024002", "王芳", "Fang Wang", 50002, 123457, "wangfang"),
+            Student("2024003", "李娜", "Na Li", 50003, 123458, "lina")]
+
+
+@dataclass
+class Upload:
+    """一个学生上传的一个文件。"""
+    student: Student
+    filename: str
+    data: bytes
+    time: dt.datetime = dt.datetime(2024, 3, 1, 20, 0, tzinfo=CST)
+    late: bool = False
+    attachment: int = 900001     # Canvas 的附件编号（越大越晚）
+
+
+def _zip(path: Path, files: list[tuple[str, bytes, dt.datetime | None]]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(path, "w") as zf:
+        for name, data, when in files:
+            info = zipfile.ZipInfo(name, date_time=(when or dt.datetime(2024, 3, 2, 9, 0)).timetuple()[:6])
+            info.flag_bits |= 0x800  # UTF-8 文件名
+            zf.writestr(info, data)
+    return path
+
+
+def _local(t: dt.datetime) -> dt.datetime:
+    return t.astimezone().replace(tzinfo=None)
+
+
+# ----------------------------------------------------------------------------- 下载
+def canvas_zip(path: Path, uploads: list[Upload], upper_late: bool = False) -> Path:
+    """submissions.zip：平铺，“姓名_[late_]用户ID_附件ID_文件名”；姓名去掉非字母数字并小写。"""
+    files = []
+    for u in uploads:
+        login = re.sub(r"[^\w]", "", u.student.sortable).lower()
+        late = ("LATE_" if upper_late else "late_") if u.late else ""
+        files.append((f"{login}_{late}{u.student.canvas_id}_{u.attachment}_{u.filename}", u.data, None))
+    return _zip(path, files)
+
+
+def moodle_prefix(s: Student) -> str:
+    return f"{s.english}_{s.pid}_assignsubmission_file_"
+
+
+def moodle_zip(path: Path, uploads: list[Upload], folders: bool = True, chinese_names: bool = False) -> Path:
+    """“按文件夹下载”时 “全名_参与者编号_assignsubmission_file_/原文件名”，否则前缀直接接在文件名前。"""
+    files = []
+    for u in uploads:
+        prefix = moodle_prefix(u.student).replace(u.student.english, u.student.name) if chinese_names \
+            else moodle_prefix(u.student)
+        files.append((prefix + ("/" if folders else "") + u.filename, u.data, _local(u.time)))
+    return _zip(path, files)
+
+
+def blackboard_zip(path: Path, uploads: list[Upload], title: str = "Exercises") -> Path:
+    """gradebook_….zip：每次尝试一个回执 “作业名_用户名_attempt_时间.txt”，文件是同一前缀加 “_原文件名”。"""
+    files, attempts = [], {}
+    for u in uploads:
+        base = f"{title}_{u.student.username}_attempt_{_local(u.time):%Y-%m-%d-%H-%M-%S}"
+        attempts.setdefault(base, (u, []))[1].append(u)
+        files.append((f"{base}_{u.filename}", u.data, _local(u.time)))
+    for base, (u, ups) in attempts.items():
+        listing = "".join(f"\tOriginal filename: {x.filename}\n\tFilename: {base}_{x.filename}\n" for x in ups)
+        receipt = (f"Name: {u.student.english} ({u.student.username})\nAssignment: {title}\n"
+                   f"Date Submitted: {_local(u.time):%A, %B %d, %Y %I:%M:%S %p} CST\nCurrent Grade: Needs Grading\n\n"
+                   "Submission Field:\nThere is no student submission text data for this assignment.\n\n"
+                   "Comments:\nThere are no student comments for this assignment.\n\n"
+                   f"Files:\n{listing}\n")
+        files.append((base + ".txt", receipt.encode("utf-8"), _local(u.time)))
+    return _zip(path, files)
+
+
+def gradescope_zip(path: Path, submissions: list[list[Upload]]) -> Path:
+    """assignment_N_export/：每份提交一个 submission_N/，加上 Ruby 写出的 submission_metadata.yml。"""
+    top = "assignment_9100_export/"
+    files, meta = [], []
+    for k, ups in enumerate(submissions):
+        sub = f"submission_{2000 + k}"
+        for u in ups:
+            files.append((f"{top}{sub}/{u.filename}", u.data, None))
+        people = {u.student for u in ups}
+        meta.append(f"{sub}:\n  :submitters:\n" + "".join(
+            f"  - :name: {s.english}\n    :sid: '{s.sid}'\n    :email: {s.email}\n" for s in sorted(people, key=str))
+            + f"  :created_at: {ups[0].time:%Y-%m-%d %H:%M:%S}.123456789 {ups[0].time:%z}\n  :score: 0.0\n"
+            "  :history: []\n")
+    files.append((top + "submission_metadata.yml", "---\n".encode() + "".join(meta).encode("utf-8"), None))
+    return _zip(path, files)
+
+
+def nbgrader_submitted(folder: Path, uploads: list[Upload], assignment: str) -> Path:
+    """nbgrader collect 之后的 submitted/学生/作业/NOTEBOOK.ipynb 和 timestamp.txt。"""
+    for u in uploads:
+        d = folder / "submitted" / u.student.username / assignment
+        d.mkdir(parents=True, exist_ok=True)
+        (d / u.filename).write_bytes(u.data)
+        (d / "timestamp.txt").write_text(u.time.astimezone(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f UTC"))
+    return folder
+
+
+def folders_zip(path: Path, uploads: list[Upload], mac: bool = True) -> Path:
+    """自己收作业：“学号_姓名/文件名”，Mac 压缩时多出 __MACOSX/、.DS_Store，还有 .ipynb_checkpoints/。"""
+    files = []
+    for u in uploads:
+        d = f"{u.student.sid}_{u.student.name}"
+        files.append((f"作业/{d}/{u.filename}", u.data, _local(u.time)))
+        if mac:
+            files.append((f"__MACOSX/作业/{d}/._{u.filename}", b"\x00\x05\x16\x07 mac resource fork", None))
+            files.append((f"作业/{d}/.ipynb_checkpoints/{u.filename[:-6]}-checkpoint.ipynb", u.data, None))
+    if mac:
+        files.append(("作业/.DS_Store", b"\x00\x00\x00\x01Bud1", None))
+    return _zip(path, files)
+
+
+def zipped_upload(inner: list[tuple[str, bytes]]) -> bytes:
+    """学生把 notebook 打成 zip 再上传（在 Mac 上压缩的，带 __MACOSX/）。"""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        for name, data in inner:
+            zf.writestr(name, data)
+            zf.writestr(f"__MACOSX/._{name}", b"\x00\x05\x16\x07")
+    return buf.getvalue()
+
+
+# ----------------------------------------------------------------------------- 成绩表和名单
+def _write_csv(path: Path, rows: list[list], encoding: str = "utf-8", bom: bool = False, delimiter: str = ",",
+               quote_all: bool = False) -> Path:
+    buf = io.StringIO(newline="")
+    csv.writer(buf, delimiter=delimiter, lineterminator="\r\n",
+               quoting=csv.QUOTE_ALL if quote_all else csv.QUOTE_MINIMAL).writerows(rows)
+    boms = {"utf-8": codecs.BOM_UTF8, "utf-16-le": codecs.BOM_UTF16_LE}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes((boms[encoding] if bom else b"") + buf.getvalue().encode(encoding))
+    return path
+
+
+def canvas_gradebook(path: Path, students=STUDENTS, column: str = "Exercises (12345)", points: float = 60,
+                     bom: bool = True) -> Path:
+    """Grades → Export：表头、Points Possible 行（读作 “    Points Possible”）、每个学生一行，最后是测试学生。"""
+    header = ["Student", "ID", "SIS User ID", "SIS Login ID", "Section", "Quiz 1 (111)", column,
+              "Current Score", "Unposted Current Score", "Final Score", "Unposted Final Score"]
+    rows = [header, ["    Points Possible", "", "", "", "", "10", f"{points:g}"] + ["(read only)"] * 4]
+    for s in students:
+        rows.append([s.sortable, str(s.canvas_id), s.sid, s.email, "CS224N 第 7 讲", "8", "", "80", "80", "13.3", "13.3"])
+    rows.append(["Student, Test", "59999", "", "", "CS224N 第 7 讲", "", "", "", "", "", ""])
+    return _write_csv(path, rows, bom=bom)
+
+
+def moodle_worksheet(path: Path, students=STUDENTS, max_grade: float = 100) -> Path:
+    """作业 → 查看所有提交 → 下载评分工作表（显示 ID number 身份字段时）。"""
+    rows = [["Identifier", "Full name", "ID number", "Email address", "Status", "Grade", "Maximum Grade",
+             "Grade can be changed", "Last modified (submission)", "Last modified (grade)", "Feedback comments"]]
+    for s in students:
+        rows.append([f"Participant {s.pid}", s.english, s.sid, s.email, "Submitted for grading", "",
+                     f"{max_grade:.2f}", "Yes", "Friday, 1 March 2024, 8:00 PM", "-", ""])
+    return _write_csv(path, rows)
+
+
+def blackboard_gc(path: Path, students=STUDENTS, column: str = "Exercises [Total Pts: 60 Score] |664617") -> Path:
+    """Work Offline → Download：.xls 其实是带 BOM 的 UTF-16 制表符文本，每个字段带引号。"""
+    rows = [["Last Name", "First Name", "Username", "Student ID", "Last Access", "Availability", column]]
+    for s in students:
+        first, last = s.english.split(" ", 1)
+        rows.append([last, first, s.username, s.sid, "2024-03-02 09:00:00", "Available", ""])
+    return _write_csv(path, rows, encoding="utf-16-le", bom=True, delimiter="\t", quote_all=True)
+
+
+def roster_csv(path: Path, header: list, rows: list[list], encoding: str = "utf-8", bom: bool = False) -> Path:
+    """教务系统或 Excel 导出的名单：UTF-8（带或不带 BOM）、GBK……"""
+    return _write_csv(path, [header] + rows, encoding=encoding, bom=bom)
+
+
+def roster_xlsx(path: Path, header: list, rows: list[list]) -> Path:
+    import openpyxl
+    wb = openpyxl.Workbook()
+    ws = wb.active
+    ws.append(header)
+    for r in rows:
+        ws.append(r)
+    wb.save(path)
+    return path
+
+
+def read_rows(path: Path) -> list[list[str]]:
+    """读回一个导出的文件（按 BOM 判断编码，按内容判断分隔符），给测试断言用。"""
+    data = Path(path).read_bytes()
+    for bom, enc in ((codecs.BOM_UTF8, "utf-8"), (codecs.BOM_UTF16_LE, "utf-16-le")):
+        if data.startswith(bom):
+            text = data[len(bom):].decode(enc)
+            break
+    else:
+        text = data.decode("utf-8")
+    delim = "\t" if "\t" in text.splitlines()[0] else ","
+    return list(csv.reader(io.StringIO(text, newline=""), delimiter=delim))
