@@ -1,6 +1,7 @@
 """lib/transformer.py：讲义里关于这些零件的每个论断，都变成一个可能失败的测试。"""
 import math
 
+import numpy as np
 import pytest
 import torch
 import torch.nn as nn
@@ -109,8 +110,9 @@ def test_shift_matrix_maps_every_position():
         assert torch.allclose(pe[k:] , pe[:-k] @ m.T, atol=1e-5)
 
 
-def test_rope_scores_depend_only_on_relative_position_and_keep_norms():
-    q, k = torch.randn(1, 1, 1, 8), torch.randn(1, 1, 1, 8)
+@pytest.mark.parametrize("d", [4, 8, 16, 64])
+def test_rope_scores_depend_only_on_relative_position_and_keep_norms(d):
+    q, k = torch.randn(1, 1, 1, d), torch.randn(1, 1, 1, d)
 
     def score(m, n):
         qm = apply_rope(q, torch.tensor([m]))
@@ -122,6 +124,41 @@ def test_rope_scores_depend_only_on_relative_position_and_keep_norms():
     assert abs(score(5, 2) - score(2, 5)) > 1e-3  # before vs after differ
     for p in (0, 1, 10, 100, 1000):
         assert apply_rope(q, torch.tensor([p])).norm() == pytest.approx(float(q.norm()), rel=1e-5)
+
+
+def test_rope_and_sinusoidal_scores_reproduce_the_lecture_table():
+    """§5.4 的表（notebook 05 演示 4）：讲义的 q、k 是 np.random.default_rng(0) 的两个 8 维正态向量。"""
+    q, k = torch.tensor(np.random.default_rng(0).normal(size=(2, 8)), dtype=torch.float32)
+    pe = sinusoidal_positions(101, 8)
+    lecture = {(5, 2): ("-3.724", "1.177"), (10, 7): ("-3.724", "2.000"), (100, 97): ("-3.724", "-2.135"),
+               (5, 5): ("-1.468", "3.041"), (50, 50): ("-1.468", "0.331"),
+               (2, 5): ("-3.823", "0.829"), (60, 63): ("-3.823", "0.842")}
+    for (m, n), (rope_score, sinusoidal_score) in lecture.items():
+        qm, kn = apply_rope(q[None], torch.tensor([m]))[0], apply_rope(k[None], torch.tensor([n]))[0]
+        assert f"{float(qm @ kn):.3f}" == rope_score, (m, n)
+        assert f"{float((q + pe[m]) @ (k + pe[n])):.3f}" == sinusoidal_score, (m, n)
+    assert f"{float(q.norm()):.4f}" == "1.8627"
+    for p in (0, 1, 10, 100, 1000):
+        assert f"{float(apply_rope(q[None], torch.tensor([p])).norm()):.4f}" == "1.8627", p
+
+
+def test_rope_pairings_differ_but_agree_after_a_fixed_permutation():
+    """apply_rope 的文档：前后两半配对和相邻配对（RoFormer）打分不同，重排 W^Q、W^K 的输出维度后相同。"""
+    d = 8
+    q, k = torch.randn(d), torch.randn(d)
+    theta = 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+
+    def adjacent(x, pos):  # (x_2i, x_2i+1) 看成一个复数，乘 e^(i pos θ_i)
+        z = torch.view_as_complex(x.double().reshape(d // 2, 2))
+        return torch.view_as_real(z * torch.polar(torch.ones_like(theta), pos * theta)).flatten().float()
+
+    def half(x, pos):
+        return apply_rope(x[None], torch.tensor([pos]))[0]
+
+    perm = torch.cat([torch.arange(0, d, 2), torch.arange(1, d, 2)])
+    for m, n in ((5, 2), (40, 37), (2, 5)):
+        assert float(adjacent(q, m) @ adjacent(k, n)) == pytest.approx(float(half(q[perm], m) @ half(k[perm], n)), abs=1e-5)
+    assert abs(float(adjacent(q, 5) @ adjacent(k, 2)) - float(half(q, 5) @ half(k, 2))) > 1e-3
 
 
 def test_rope_rotates_queries_and_keys_but_not_values():
