@@ -151,7 +151,7 @@ def read_integer(desc: dict, what: str, returned: bool = True) -> int:
     return int(round(x))
 
 
-def same_up_to_singletons(got, want) -> bool:
+def _same_up_to_singletons(got, want) -> bool:
     return tuple(d for d in got if d != 1) == tuple(d for d in want if d != 1)
 
 
@@ -160,7 +160,7 @@ def read_array(desc: dict, what: str, shape=None, returned: bool = True, nan_hin
     if shape is not None:
         shape = tuple(int(s) for s in shape)
         if a.shape != shape:
-            if not same_up_to_singletons(a.shape, shape):
+            if not _same_up_to_singletons(a.shape, shape):
                 raise FormatError(f"{what} 的形状应是 {shape}，得到 {a.shape}")
             a = a.reshape(shape)
     _finite(a, what, nan_hint)

@@ -679,7 +679,7 @@ def grade(course: Path, zpath: Path, jobs: int = 2) -> subprocess.CompletedProce
     env = dict(os.environ, PYTHONPATH=str(course), OMP_NUM_THREADS="1",
                PATH=str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""))
     cmd = [sys.executable, "-m", "lib.grading", "grade", "exercises", "--submissions", str(zpath),
-           "--jobs", str(jobs), "--quiet"]
+           "--jobs", str(jobs)]
     return subprocess.run(cmd, cwd=course, env=env, capture_output=True, text=True, timeout=1800)
 
 
@@ -761,7 +761,7 @@ def graded(tmp_path_factory):
     build_zip(course, zpath)
     proc = grade(course, zpath)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return {"course": course, "results": results(course)}
+    return {"course": course, "results": results(course), "summary": proc.stdout}
 
 
 @pytest.mark.slow
@@ -786,6 +786,10 @@ def test_honest_work_is_never_suspect_and_blank_written_answers_are_zero(graded)
         graded_so_far = sum(score for score in r["cells"].values() if score is not None)
         assert float(row["score"]) == pytest.approx(graded_so_far), sid
     assert "1 个单元格待人工评分" in graded["results"]["f02_alt"]["row"]["detail"]
+    blank = [(sid, g) for sid, r in graded["results"].items() for g, score in r["cells"].items()
+             if g not in ec.CHECKS and score == 0.0]
+    submissions = len({sid for sid, _ in blank})
+    assert f"没作答的文字题：{len(blank)} 个（{submissions} 份提交），已自动记 0 分" in graded["summary"], graded["summary"]
 
 
 @pytest.mark.slow
