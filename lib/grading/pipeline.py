@@ -97,7 +97,8 @@ def load_checks(module: str):
 
 def grader_version(opts: Options, probes_source: str) -> str:
     parts = [(HERE / "runner.py").read_text(encoding="utf-8"), (HERE / "repair.py").read_text(encoding="utf-8"),
-             probes_source, repr((opts.limits.cell_timeout, opts.limits.memory_mb, opts.limits.max_procs))]
+             probes_source, (HERE.parent / "answer_format.py").read_text(encoding="utf-8"),  # 探针用它记录返回值
+             repr((opts.limits.cell_timeout, opts.limits.memory_mb, opts.limits.max_procs))]
     return _sha("\n".join(parts))[:16]
 
 
