@@ -10,6 +10,9 @@ Colab：正在编辑的 notebook 本身）和课程发布的版本（release/）
 有没有评分单元格丢了、被复制了一份、单元格类型被改了、或者 nbgrader 元数据被抹掉了。
 这些问题会让自动评分给出错误的分数，提交前修好最省事。
 
+在 notebook 里运行时，它还用和评分**同一套**格式规则（lib/answer_format.py）检查你的答案：
+变量是不是要求的形状，函数在一个小例子上返回的是不是一个数、一个整数、形状对的数组……（只看格式，不看对错）。
+
 也可以在命令行检查一个下载下来的文件：
 
     python -m lib.selfcheck 下载/01_attention_by_hand.ipynb
@@ -18,10 +21,13 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import inspect
 import json
 import subprocess
 import sys
 from pathlib import Path
+
+from lib import answer_format as fmt
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 _VERSION_DIRS = ("release", "solutions", "source")
@@ -162,6 +168,109 @@ def _describe(cell: dict, meta: dict) -> str:
     return f"{kind} “{meta['grade_id']}”"
 
 
+# ---------------------------------------------------------------- 答案的格式（和评分同一套规则）
+
+
+def _examples() -> dict:
+    """每个练习 notebook 的答案：名字 → (规则, 形状或维数, 小例子的参数；None 表示这是变量)。
+    参数是函数（延迟构造，需要 torch 的例子只在用到时才导入 torch）。"""
+    import numpy as np
+
+    def q_k_v():
+        return np.array([[1.0, 0.0], [0.0, 1.0]]), np.array([[1.0, 1.0], [1.0, -1.0]]), np.eye(2)
+
+    def equivariance():
+        rng = np.random.default_rng(3)
+        return (rng.normal(size=(5, 4)), *(rng.normal(size=(4, 3)) for _ in range(3)), np.array([2, 0, 4, 1, 3]))
+
+    def pad_mask():
+        import torch
+        return (torch.tensor([[True, True, False]]),)
+
+    def tiny_lm():
+        import torch
+        from lib.transformer import TransformerLM
+        torch.manual_seed(0)
+        return TransformerLM(vocab_size=11, d_model=16, n_heads=2, n_layers=1, max_len=16).eval(), \
+            torch.tensor([[1, 2]]), 2
+
+    return {
+        "01_attention_by_hand": {
+            "scores_1": ("array", (2, 2), None), "weights_1": ("array", (2, 2), None),
+            "outputs_1": ("array", (2, 2), None), "self_attention": ("attention", (2, 2), q_k_v),
+            "copy_query": ("array", (4,), lambda: (np.eye(4)[:3], 1)),
+            "average_query": ("array", (4,), lambda: (np.eye(4)[:3], 0, 2))},
+        "02_scaling_and_equivariance": {
+            "score_variance": ("number", None, lambda: (64, 1.0)), "score_divisor": ("number", None, lambda: (64, 1.0)),
+            "monte_carlo_variance": ("number", None, lambda: (16, 0.5, 2000, 1)),
+            "equivariance_gap": ("number", None, equivariance)},
+        "03_positions_and_rope": {
+            "q_tilde_a": ("array", (2,), None), "k_tilde_a": ("array", (2,), None), "dot_a": ("number", None, None),
+            "dot_b": ("number", None, None), "dot_c": ("number", None, None),
+            "rotate_2d": ("array", (2,), lambda: (np.array([1.0, 0.0]), 0.5)),
+            "rope": ("array", (2, 4), lambda: (np.ones((2, 4)), np.array([0, 1])))},
+        "04_blocks_and_cost": {
+            "count_params": ("integer", None, lambda: (50257, 768, 12, 1024, True, "learned")),
+            "crossover_length": ("number", None, lambda: (768,)),
+            "attention_share": ("number", None, lambda: (128, 768))},
+        "05_masks_and_kv_cache": {
+            "key_padding_mask": ("torch_bool_mask", 4, pad_mask),
+            "positions_without_cache": ("integer", None, lambda: (1, 3)),
+            "positions_with_cache": ("integer", None, lambda: (1, 3)),
+            "generate_cached": ("array", (1, 4), tiny_lm)},
+    }
+
+
+def _check_format(value, rule, shape, what, returned):
+    if rule == "attention":
+        out, w = fmt.pair(value, what)
+        fmt.array(out, f"{what} 的输出", shape)
+        fmt.array(w, f"{what} 的权重", shape)
+    elif rule == "array":
+        fmt.array(value, what, shape, returned)
+    elif rule == "torch_bool_mask":
+        fmt.torch_bool_mask(value, what, shape)
+    else:
+        getattr(fmt, rule)(value, what, returned)
+
+
+def check_formats(notebook: str, namespace: dict) -> tuple[list[str], list[str]]:
+    """用评分的格式规则检查 namespace 里的答案。返回 (problems, notes)：problems 会让那一部分得 0 分。"""
+    problems, notes = [], []
+    for name, (rule, shape, example) in _examples().get(notebook, {}).items():
+        if name not in namespace:
+            notes.append(f"还没有定义 {name}（运行过答题单元格了吗？）。")
+            continue
+        value = namespace[name]
+        what = name
+        if example is not None:
+            args = example()
+            what = f"{name}({', '.join(_short(a) for a in args)})"
+            try:
+                value = fmt.call(value, *args, what=what)
+            except NotImplementedError:
+                notes.append(f"{name} 还没有作答。")
+                continue
+            except AssertionError as err:  # call() 的说明：函数在小例子上出错了
+                notes.append(str(err))
+                continue
+        elif value is None:
+            notes.append(f"{name} 还没有填写。")
+            continue
+        try:
+            _check_format(value, rule, shape, what, returned=example is not None)
+        except fmt.FormatError as err:
+            problems.append(f"格式：{err}")
+    return problems, notes
+
+
+def _short(arg) -> str:
+    shape = getattr(arg, "shape", None)
+    if shape is not None:
+        return f"<形状 {tuple(shape)}>"
+    return "<模型>" if callable(arg) else repr(arg)
+
+
 # ---------------------------------------------------------------- 报告
 
 _HOW_TO_FIX = """怎么修：
@@ -174,11 +283,16 @@ _HOW_TO_FIX = """怎么修：
 
 def report(problems: list[str], notes: list[str], path_in_repo: str, checked: str) -> str:
     lines = [f"自查 {path_in_repo}（检查的是：{checked}）"]
+    structure = [p for p in problems if not p.startswith("格式：")]
     if problems:
         lines.append(f"✗ 发现 {len(problems)} 个会影响评分的问题，提交前请修好：")
         lines += [f"  {i}. {p}" for i, p in enumerate(problems, 1)]
-        lines.append(_HOW_TO_FIX)
-    else:
+        if structure:
+            lines.append(_HOW_TO_FIX)
+        if len(structure) < len(problems):
+            lines.append("  • 格式问题：按上面的说明改你的答案（规则和评分时一样，见 lib/answer_format.py）；"
+                         "格式不对的那一部分评分时得 0 分。")
+    if not structure:
         lines.append("✓ 评分单元格完整：没有丢失、没有重复，类型和 nbgrader 元数据都没变。")
     if notes:
         lines.append("提醒（不影响上面的结论）：")
@@ -190,17 +304,24 @@ def report(problems: list[str], notes: list[str], path_in_repo: str, checked: st
 
 
 def check_notebook(student: dict, path_in_repo: str, checked: str = "给定的 notebook",
-                   root: Path | None = None, student_file: Path | None = None) -> bool:
-    """比较 student（notebook 的 dict）和发布版，打印报告；没有问题时返回 True。"""
+                   root: Path | None = None, student_file: Path | None = None,
+                   namespace: dict | None = None) -> bool:
+    """比较 student（notebook 的 dict）和发布版，打印报告；没有问题时返回 True。
+    给了 namespace（notebook 的全局变量）时，再用评分的规则检查答案的格式。"""
     reference, _ = load_reference(path_in_repo, root, student_file)
     problems, notes = compare(student, reference)
+    if namespace is not None:
+        more, more_notes = check_formats(Path(path_in_repo).stem, namespace)
+        problems, notes = problems + more, notes + more_notes
     print(report(problems, notes, path_in_repo, checked))
     return not problems
 
 
-def check_this_notebook(path_in_repo: str) -> bool | None:
-    """在练习 notebook 里调用：检查这个 notebook 的评分单元格。返回 True（没问题）、False（有问题）、
-    None（拿不到 notebook 内容，已说明怎么办）。"""
+def check_this_notebook(path_in_repo: str, namespace: dict | None = None) -> bool | None:
+    """在练习 notebook 里调用：检查这个 notebook 的评分单元格和答案的格式。返回 True（没问题）、False（有问题）、
+    None（拿不到 notebook 内容，已说明怎么办；答案的格式照样检查）。namespace 默认是调用者的全局变量。"""
+    if namespace is None:
+        namespace = inspect.currentframe().f_back.f_globals
     if "google.colab" in sys.modules:
         try:
             student = _colab_live_notebook()
@@ -208,8 +329,8 @@ def check_this_notebook(path_in_repo: str) -> bool | None:
             print(f"自查：这次没能从 Colab 读到 notebook 内容（{type(err).__name__}: {err}）。\n"
                   "替代办法：文件 File → 下载 Download → 下载 .ipynb，然后在装好课程的电脑上运行\n"
                   f"  python -m lib.selfcheck 下载的文件.ipynb --against {path_in_repo}")
-            return None
-        return check_notebook(student, path_in_repo, "Colab 里正在编辑的这个 notebook")
+            return _formats_only(path_in_repo, namespace)
+        return check_notebook(student, path_in_repo, "Colab 里正在编辑的这个 notebook", namespace=namespace)
     for path in _local_candidates(path_in_repo):
         if path.is_file():
             when = _dt.datetime.fromtimestamp(path.stat().st_mtime).strftime("%H:%M:%S")
@@ -220,12 +341,23 @@ def check_this_notebook(path_in_repo: str) -> bool | None:
                 return False
             try:
                 return check_notebook(student, path_in_repo, f"{path}，保存于 {when}；先按 Ctrl+S 保存再自查",
-                                      student_file=path)
+                                      student_file=path, namespace=namespace)
             except FileNotFoundError as err:
-                print(f"自查：无法核对：{err}")
-                return None
-    print(f"自查：在当前目录 {Path.cwd()} 里找不到 {Path(path_in_repo).name}。"
+                print(f"自查：无法核对单元格：{err}")
+                return _formats_only(path_in_repo, namespace)
+    print(f"自查：在当前目录 {Path.cwd()} 里找不到 {Path(path_in_repo).name}，没法核对单元格。"
           "请在 notebook 所在的目录里运行，或在命令行运行 python -m lib.selfcheck 文件.ipynb")
+    return _formats_only(path_in_repo, namespace)
+
+
+def _formats_only(path_in_repo: str, namespace: dict) -> None:
+    """拿不到 notebook 文件时，至少检查答案的格式（不需要文件）。"""
+    problems, notes = check_formats(Path(path_in_repo).stem, namespace)
+    if problems or notes:
+        print("答案的格式（和评分用同一套规则）：")
+        print("\n".join([f"  ✗ {p}" for p in problems] + [f"  • {n}" for n in notes]))
+    elif _examples().get(Path(path_in_repo).stem):
+        print("答案的格式（和评分用同一套规则）：✓ 都符合要求。")
     return None
 
 

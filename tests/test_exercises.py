@@ -136,8 +136,25 @@ def test_reference_answer_gets_full_marks(reference, grade_id):
 
 
 # ----------------------------------------------------------------------------
-# 典型的错误答案：0 分，并有说明
+# 典型的错误答案：期望的得分比例（全错 0；一个单元格里有几个独立部分时，只给做对的部分），并有说明
+# 每一条的意思见 tests/test_fairness.py 的表（那里通过真正的评分命令检查同样的规则）
 # ----------------------------------------------------------------------------
+
+PARTIAL = {  # (grade_id, 说明) → 得分比例；不在这里的都是 0
+    ("ex1_self_attention", "忽略掩码"): 4 / 8,            # 二维无掩码、批维度无掩码对
+    ("ex1_self_attention", "用 K.T（批维度时错）"): 4 / 8,  # 二维的两部分对
+    ("ex4_copy_query", "长度不够（c = 1）"): 2 / 3,        # 方向对
+    ("ex4_average_query", "长度不够"): 2 / 3,
+    ("ex2_monte_carlo", "把 σ 当成方差"): 1 / 2,           # 用了 seed
+    ("ex5_numbers", "顺时针转"): 0.8,                      # 五个数错一个
+    ("ex5_numbers", "(c) 答成负数"): 0.8,
+    ("ex5_rope", "相邻两维配对（原论文的排列）"): 2 / 6,   # 只有“打分只依赖 m − n”
+    ("ex5_rope", "忽略 base"): 5 / 6,
+    ("ex6_param_count", "RoPE 也算了位置表"): 2 / 6,       # 只有可学习位置表那一部分对
+    ("ex11_counts", "忘了新词的位置"): 1 / 2,
+    ("ex11_counts", "有缓存时只数新词"): 1 / 2,
+    ("ex11_cached_generation", "没用缓存（每步重算整个序列）"): 3 / 6,  # 词元对
+}
 
 WRONG = {
     "ex1_scores": {
@@ -282,26 +299,52 @@ def generate_cached(model, prompt, max_new_tokens):
 
 def test_every_check_has_typical_wrong_answers():
     assert set(WRONG) == set(ec.CHECKS)
+    assert all(label in WRONG[gid] for gid, label in PARTIAL)
 
 
 @pytest.mark.parametrize("grade_id,label", [(g, lab) for g, cases in sorted(WRONG.items()) for lab in cases])
-def test_typical_wrong_answer_gets_zero(reference, grade_id, label):
+def test_typical_wrong_answer_gets_its_expected_score(reference, grade_id, label):
     ns = _with(reference[ec.CHECKS[grade_id].notebook], WRONG[grade_id][label])
+    want = PARTIAL.get((grade_id, label), 0.0)
     for seed in SEEDS[:2]:
         fraction, message = ec.grade(grade_id, ns, seed)
-        assert fraction == 0.0, f"{label}（seed={seed}）应得 0 分"
+        assert fraction == pytest.approx(want), f"{label}（seed={seed}）应得 {want:.3f}：{message}"
         assert isinstance(message, str) and len(message) > 5
-    with pytest.raises(AssertionError, match=grade_id):
-        ec.run_check(grade_id, ns)
+        if 0 < want < 1:
+            assert message.startswith("部分正确") and "✓" in message and "✗" in message, message
+    if want == 0:
+        with pytest.raises(AssertionError, match=grade_id):
+            ec.run_check(grade_id, ns)
+    else:  # 普通的 nbgrader：测试单元格最后一个表达式的数值就是部分分
+        assert ec.run_check(grade_id, ns) == pytest.approx(want * ec.CHECKS[grade_id].points)
 
 
-def test_wrong_answers_get_helpful_hints(reference):
-    ns = _with(reference["01_attention_by_hand"], WRONG["ex1_self_attention"]["乘以 √d_k"])
-    assert "√d_k" in ec.grade("ex1_self_attention", ns, 0)[1]
-    ns = _with(reference["05_masks_and_kv_cache"], WRONG["ex8_pad_mask"]["挡住行"])
-    assert "列" in ec.grade("ex8_pad_mask", ns, 0)[1]
-    ns = _with(reference["04_blocks_and_cost"], WRONG["ex6_param_count"]["忘了最后的层归一化"])
-    assert "2d" in ec.grade("ex6_param_count", ns, 0)[1]
+@pytest.mark.parametrize("grade_id,label,hint", [
+    ("ex1_self_attention", "乘以 √d_k", "乘了 √d_k"),
+    ("ex1_self_attention", "不缩放", "没有除以 √d_k"),
+    ("ex1_self_attention", "忽略掩码", "掩码没有起作用"),
+    ("ex1_self_attention", "用 K.T（批维度时错）", "np.swapaxes"),
+    ("ex8_pad_mask", "挡住行", "应该挡列"),
+    ("ex8_pad_mask", "不是布尔", "torch.bool"),
+    ("ex6_param_count", "忘了最后的层归一化", "2d"),
+    ("ex5_rope", "忽略 base", "要用参数 base"),
+    ("ex5_numbers", "(c) 答成负数", "cos 是偶函数"),
+    ("ex4_copy_query", "长度不够（c = 1）", "c ≥ ln(99 × 7)"),
+])
+def test_wrong_answers_name_the_likely_cause(reference, grade_id, label, hint):
+    ns = _with(reference[ec.CHECKS[grade_id].notebook], WRONG[grade_id][label])
+    assert hint in ec.grade(grade_id, ns, 0)[1]
+
+
+def test_grading_is_deterministic_and_uses_the_pipeline_seed(reference):
+    """分数只取决于答案：不传 seed 时（隐藏测试、评分流水线）用同一个固定的种子，结果和说明每次都一样。"""
+    from lib.grading import pipeline
+
+    assert pipeline.SEED == ec.DEFAULT_SEED
+    ns = _with(reference["01_attention_by_hand"], "def copy_query(K, a):\n    return 5.0 * K[a]")
+    first = ec.grade("ex4_copy_query", ns)
+    assert first == ec.grade("ex4_copy_query", ns, ec.DEFAULT_SEED) == ec.grade("ex4_copy_query", ns)
+    assert first[0] == pytest.approx(2 / 3)  # c = 5：方向对，n = 8 时权重 0.955 < 0.99
 
 
 # ----------------------------------------------------------------------------
@@ -347,7 +390,10 @@ def test_malformed_data_scores_zero_without_raising(reference, grade_id):
     assert check.verify(good, 3)[0] == 1.0
     for label, bad in _mutations(good):
         fraction, message = check.verify(copy.deepcopy(bad), 3)
-        assert fraction == 0.0, f"{label}：坏数据不应得分"
+        if label == "列表截短":  # 只截短了部分数据时，没被截短的部分照常得分（例如练习 5 的三个点积是标量）
+            assert fraction < 1.0, f"{label}：坏数据不应得满分"
+        else:
+            assert fraction == 0.0, f"{label}：坏数据不应得分"
         assert isinstance(message, str) and message, label
 
 

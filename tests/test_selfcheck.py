@@ -215,3 +215,57 @@ def test_real_release_notebooks(path):
     graded = next(c for c in nb["cells"] if (c["metadata"].get("nbgrader") or {}).get("grade_id"))
     del graded["metadata"]["nbgrader"]
     assert any("元数据被抹掉了" in p for p in compare(nb, release)[0])
+
+
+# ---------------------------------------------------------------- 答案的格式（和评分同一套规则）
+
+
+def test_formats_use_the_grading_rules():
+    """自查用 lib.answer_format 的规则：1×1 的数组是一个数、np.int64 是整数、(2, 1) 是 (2,)；
+    None、字符串、形状不对的都指出来（说明和评分时一字不差）。"""
+    import numpy as np
+
+    from lib import answer_format as fmt
+
+    good = {"q_tilde_a": np.array([[0.5], [0.866]]), "k_tilde_a": (0.866, 0.5), "dot_a": np.array([[0.866]]),
+            "dot_b": 0.866, "dot_c": np.float64(0.866),
+            "rotate_2d": lambda x, angle: np.array([[1.0], [0.0]]), "rope": lambda x, positions, base=1e4: x}
+    assert selfcheck.check_formats("03_positions_and_rope", good) == ([], [])
+    bad = dict(good, dot_b="0.866", rope=lambda x, positions, base=1e4: None, q_tilde_a=np.zeros(3))
+    problems, notes = selfcheck.check_formats("03_positions_and_rope", bad)
+    assert notes == []
+    assert len(problems) == 3 and all(p.startswith("格式：") for p in problems)
+    text = "\n".join(problems)
+    assert "dot_b 应是一个数，得到字符串 '0.866'" in text and "返回了 None：忘了写 return？" in text
+    with pytest.raises(fmt.FormatError) as err:  # 公开测试里同一个函数给出同一句话
+        fmt.number("0.866", "dot_b", returned=False)
+    assert str(err.value) in text
+
+
+def test_formats_report_unanswered_and_crashing_functions_as_notes():
+    def todo(*args):
+        raise NotImplementedError()
+
+    def crash(*args):
+        raise ValueError("boom")
+
+    problems, notes = selfcheck.check_formats("04_blocks_and_cost", {"count_params": todo, "crossover_length": crash})
+    assert problems == []
+    assert "count_params 还没有作答。" in notes and any("出错了：ValueError: boom" in n for n in notes)
+    assert any("还没有定义 attention_share" in n for n in notes)
+
+
+def test_format_problems_count_as_problems_in_the_notebook(course, monkeypatch, capsys):
+    """在 notebook 里运行：单元格完整，但答案的格式不对，也算会影响评分的问题；拿不到文件时照样检查格式。"""
+    monkeypatch.setattr(selfcheck, "REPO_ROOT", course)
+    monkeypatch.delitem(sys.modules, "google.colab", raising=False)
+    ns = {"count_params": lambda *a: "124,439,808", "crossover_length": lambda d: 6 * d,
+          "attention_share": lambda n, d: n / (n + 6 * d)}
+    rel = "release/exercises/04_blocks_and_cost.ipynb"
+    (course / rel).write_text(json.dumps(_release_nb()), encoding="utf-8")
+    assert check_notebook(_release_nb(), rel, root=course, namespace=ns) is False
+    out = capsys.readouterr().out
+    assert "✓ 评分单元格完整" in out and "应返回整数，得到字符串" in out and "格式问题" in out
+    monkeypatch.chdir(course)  # 当前目录里没有这个 notebook：只检查格式
+    assert check_this_notebook("exercises/04_blocks_and_cost.ipynb", namespace=ns) is None
+    assert "应返回整数，得到字符串" in capsys.readouterr().out

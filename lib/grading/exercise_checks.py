@@ -6,11 +6,20 @@
   只记录纯数据（见 lib/grading/probes.py）；
 - ``Check.verify(data, seed)`` 在干净的进程里用同一个 seed 重新生成输入，用可信的参考实现
   （本文件里的 NumPy 函数；评分进程不导入 torch）算出答案并比较，返回 (得分比例, 中文说明)。
-  数据缺键、形状不对、NaN、探针记录的错误，一律算答错并说明原因，从不抛出异常。
+  数据缺键、NaN、探针记录的错误，一律算答错并说明原因，从不抛出异常。
 
-``run_check(grade_id, namespace, seed=None)`` 在一个进程里跑探针 + 检查，答错时抛出
-AssertionError(说明)。source/ 里每个测试单元格的隐藏测试就调用它，所以普通的 nbgrader
-和评分流水线（lib/grading 的其余部分）用的是同一套检查。seed=None 时用固定的 DEFAULT_SEED。
+**格式**：返回值先经过 ``lib.answer_format`` 的规则（公开测试和自查用的是同一套），格式不对的部分得 0 分，
+说明和公开测试里的一字不差。
+
+**分部分给分**：一个单元格里有几个互相独立的部分时（例如二维的情形和有批维度的情形），每部分有自己的分数，
+说明里逐条写出哪些部分对了（✓）、哪些不对（✗）以及最可能的原因。部分的划分和分值写在每个 verify 里。
+
+**确定性**：评分时 seed 固定为 ``DEFAULT_SEED``，输入只取决于 seed 和题目，所以同一份文件的分数只取决于文件本身。
+
+``run_check(grade_id, namespace, seed=None)`` 在一个进程里跑探针 + 检查：全对时不返回任何东西，全错时抛出
+AssertionError(说明)，部分正确时打印说明并返回得分（nbgrader 把测试单元格最后一个表达式的数值当作部分分）。
+source/ 里每个测试单元格的隐藏测试就调用它，所以普通的 nbgrader 和评分流水线（lib/grading 的其余部分）
+用的是同一套检查、同样的部分分。
 """
 from __future__ import annotations
 
@@ -20,6 +29,9 @@ from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
+
+from lib import answer_format as fmt
+from lib.answer_format import FormatError
 
 from . import probes
 
@@ -40,15 +52,22 @@ class Wrong(Exception):
 
 
 # ----------------------------------------------------------------------------
-# 读取探针数据的工具：任何不合规的数据都变成 Wrong
+# 读取探针数据的工具：任何不合规的数据都变成 Wrong 或 FormatError
 # ----------------------------------------------------------------------------
+
+
+def _error_text(error) -> str:
+    text = str(error)
+    if text.startswith("NotImplementedError"):
+        return "还没有作答（仍是 raise NotImplementedError()）"
+    return f"你的代码出错了：{text}"
 
 
 def _field(data, key):
     if not isinstance(data, dict):
         raise Wrong(f"记录的数据格式不对（应是 dict，得到 {type(data).__name__}）")
     if "error" in data:
-        raise Wrong(f"运行你的代码时出错：{data['error']}")
+        raise Wrong(_error_text(data["error"]))
     if key not in data:
         raise Wrong(f"记录的数据里缺少 {key!r}")
     return data[key]
@@ -64,40 +83,14 @@ def _cases(data, key="cases", expected=None) -> list:
 
 
 def _result(case, label: str):
+    """一组调用的结果（answer_format.describe 的描述）。"""
     if not isinstance(case, dict):
         raise Wrong(f"{label}：记录的数据格式不对")
     if "error" in case:
-        raise Wrong(f"{label}：你的代码出错了：{case['error']}")
+        raise Wrong(f"{label}：{_error_text(case['error'])}")
     if "result" not in case:
         raise Wrong(f"{label}：没有记录到结果")
     return case["result"]
-
-
-def _to_array(obj, label: str, shape=None) -> np.ndarray:
-    if isinstance(obj, dict) and "error" in obj:
-        raise Wrong(f"{label}：{obj['error']}")
-    if not isinstance(obj, dict) or "values" not in obj or "shape" not in obj:
-        raise Wrong(f"{label}：记录的数组格式不对")
-    try:
-        a = np.array(obj["values"], dtype=float)
-    except (TypeError, ValueError) as err:
-        raise Wrong(f"{label}：不是数值数组（{err}）") from None
-    if list(a.shape) != list(obj["shape"]):
-        raise Wrong(f"{label}：记录的形状 {obj['shape']} 和数据 {list(a.shape)} 不一致")
-    if shape is not None and tuple(a.shape) != tuple(shape):
-        raise Wrong(f"{label}：形状应是 {tuple(shape)}，得到 {tuple(a.shape)}")
-    if not np.all(np.isfinite(a)):
-        raise Wrong(f"{label}：含有 NaN 或无穷大")
-    return a
-
-
-def _to_number(obj, label: str) -> float:
-    if isinstance(obj, bool) or not isinstance(obj, (int, float)):
-        raise Wrong(f"{label}：应是一个数，得到 {type(obj).__name__}")
-    x = float(obj)
-    if not math.isfinite(x):
-        raise Wrong(f"{label}：得到 {x}")
-    return x
 
 
 def _close(a, b, rtol=1e-6, atol=1e-8) -> bool:
@@ -110,18 +103,41 @@ def _fmt(x) -> str:
 
 
 def _checked(verify):
-    """verify 从不抛出异常：Wrong → (0, 说明)；意外错误 → (0, 说明)。"""
+    """verify 从不抛出异常：Wrong / FormatError → (0, 说明)；意外错误 → (0, 说明)。"""
 
     def wrapper(data, seed) -> tuple[float, str]:
         try:
             return verify(data, int(seed))
-        except Wrong as err:
+        except (Wrong, FormatError) as err:
             return 0.0, str(err)
         except Exception as err:  # noqa: BLE001  数据再怪也不让评分进程崩溃
             return 0.0, f"记录的数据无法检查（{type(err).__name__}: {err}）"
 
     wrapper.__name__ = verify.__name__
     return wrapper
+
+
+def _part(label: str, points: float, check: Callable[[], None]) -> tuple[str, float, str | None]:
+    """评一个部分：check() 不抛出就是对的；抛出 Wrong / FormatError 时记下原因。"""
+    try:
+        check()
+        return label, points, None
+    except (Wrong, FormatError) as err:
+        return label, points, str(err)
+
+
+def _score(parts: list) -> tuple[float, str]:
+    """各部分 → (得分比例, 说明)。全对：“正确。”；全错且原因相同：只写原因；否则逐条列出 ✓ / ✗。"""
+    total = sum(p for _, p, _ in parts)
+    got = sum(p for _, p, why in parts if why is None)
+    if got == total:
+        return 1.0, OK
+    reasons = {why for _, _, why in parts if why is not None}
+    if got == 0 and len(reasons) == 1:
+        return 0.0, reasons.pop()
+    lines = [f"✓ {label}（{p:g} 分）" if why is None else f"✗ {label}（{p:g} 分）：{why}" for label, p, why in parts]
+    head = f"部分正确，{got:g} / {total:g} 分" if got else f"0 / {total:g} 分"
+    return got / total, head + "。" + "；".join(lines)
 
 
 # ----------------------------------------------------------------------------
@@ -158,11 +174,13 @@ def rotate_2d(x, angle):
     return np.array([[c, -s], [s, c]]) @ np.asarray(x, float)
 
 
-def rope(x, positions, base=10000.0):
-    """RoPE 的“前一半和后一半配对”写法（GPT-NeoX、LLaMA；lib.transformer.apply_rope 的 NumPy 版）。"""
+def rope(x, positions, base=10000.0, exponent=None):
+    """RoPE 的“前一半和后一半配对”写法（GPT-NeoX、LLaMA；lib.transformer.apply_rope 的 NumPy 版）。
+
+    exponent：θ_i = base^exponent_i，默认 −2i/d（只有给错误答案找原因时才换成别的）。"""
     x = np.asarray(x, float)
     d = x.shape[-1]
-    theta = base ** (-np.arange(0, d, 2) / d)  # (d/2,)
+    theta = base ** (-np.arange(0, d, 2) / d if exponent is None else exponent)  # (d/2,)
     angles = np.asarray(positions, float)[:, None] * theta  # (T, d/2)
     cos, sin = np.cos(angles), np.sin(angles)
     x1, x2 = x[..., : d // 2], x[..., d // 2 :]
@@ -180,241 +198,6 @@ def count_params(V, d, n_layers, max_len, tied, positions):
     if not tied:
         total += V * d
     return total
-
-
-# 练习 1 的手算答案（q、k、v 见讲义 §15 练习 1）
-EX1_Q = np.array([[1.0, 0.0], [0.0, 1.0]])
-EX1_K = np.array([[1.0, 1.0], [1.0, -1.0]])
-EX1_V = np.array([[1.0, 0.0], [0.0, 1.0]])
-EX1_SCORES = EX1_Q @ EX1_K.T / math.sqrt(2)
-EX1_OUTPUTS, EX1_WEIGHTS = attention(EX1_Q, EX1_K, EX1_V)
-HAND_TOL = 0.01  # 手算答案保留两三位小数即可
-
-# 练习 5 的答案
-EX5 = {
-    "q_tilde_a": rotate_2d([1.0, 0.0], 2 * math.pi / 6),
-    "k_tilde_a": rotate_2d([1.0, 0.0], 1 * math.pi / 6),
-    "dot_a": math.cos(math.pi / 6),
-    "dot_b": math.cos(math.pi / 6),
-    "dot_c": math.cos(-math.pi / 6),
-}
-
-
-# ----------------------------------------------------------------------------
-# 各题的 verify
-# ----------------------------------------------------------------------------
-
-
-def _hand_value(name, expected, hint):
-    @_checked
-    def verify(data, seed):
-        got = _to_array(_field(data, "value"), name, shape=expected.shape)
-        if not _close(got, expected, rtol=0, atol=HAND_TOL):
-            raise Wrong(f"{name} 不对：得到 {_fmt(got)}。{hint}")
-        return 1.0, OK
-
-    verify.__name__ = f"verify_{name}"
-    return verify
-
-
-@_checked
-def verify_ex1_self_attention(data, seed):
-    specs = probes.inputs_self_attention(seed)
-    cases = _cases(data, expected=len(specs))
-    labels = ["二维输入、无掩码", "查询和键个数不同", "因果掩码", "有批维度 + 随机掩码", "两个批维度 + 广播的掩码"]
-    for spec, case, label in zip(specs, cases, labels):
-        res = _result(case, label)
-        out_ref, w_ref = attention(spec["Q"], spec["K"], spec["V"], spec["mask"])
-        if not isinstance(res, dict):
-            raise Wrong(f"{label}：记录的数据格式不对")
-        out = _to_array(res.get("output"), f"{label}：输出", shape=out_ref.shape)
-        w = _to_array(res.get("weights"), f"{label}：权重", shape=w_ref.shape)
-        if not _close(w, w_ref, rtol=1e-5, atol=1e-6):
-            hint = ""
-            if _close(w, attention(spec["Q"] * spec["Q"].shape[-1], spec["K"], spec["V"], spec["mask"])[1],
-                      rtol=1e-5, atol=1e-6):
-                hint = "看起来打分乘了 √d_k，应该除以 √d_k。"
-            elif spec["mask"] is not None and _close(w, attention(spec["Q"], spec["K"], spec["V"])[1],
-                                                     rtol=1e-5, atol=1e-6):
-                hint = "看起来掩码没有起作用：被挡住的位置权重应为 0。"
-            raise Wrong(f"{label}：注意力权重和参考答案不一致。{hint}")
-        if not _close(out, out_ref, rtol=1e-5, atol=1e-6):
-            raise Wrong(f"{label}：权重正确，但输出不对（输出应是权重乘 V）。")
-    return 1.0, OK
-
-
-def _verify_query(kind):
-    @_checked
-    def verify(data, seed):
-        specs = probes.inputs_orthonormal_keys(seed, 401 if kind == "copy" else 402)
-        cases = _cases(data, expected=len(specs))
-        for i, (spec, case) in enumerate(zip(specs, cases), 1):
-            K, V, a, b = spec["K"], spec["V"], spec["a"], spec["b"]
-            q = _to_array(_result(case, f"第 {i} 组"), f"第 {i} 组的查询", shape=(K.shape[1],))
-            out = softmax(K @ q) @ V  # 讲义练习 4：不考虑缩放
-            target = V[a] if kind == "copy" else 0.5 * (V[a] + V[b])
-            err = float(np.max(np.abs(out - target)))
-            scale = float(np.max(np.abs(V)))
-            if err > 0.01 * scale:
-                want = "v_a" if kind == "copy" else "(v_a + v_b)/2"
-                raise Wrong(f"第 {i} 组（n = {K.shape[0]}、d = {K.shape[1]}）：注意力输出和 {want} 相差 {err:.3g}，"
-                            f"超过了 1%（{0.01 * scale:.3g}）。查询的方向对吗？长度够大吗？")
-        return 1.0, OK
-
-    verify.__name__ = f"verify_ex4_{kind}_query"
-    return verify
-
-
-def _verify_formula(name, formula, rtol, hint):
-    @_checked
-    def verify(data, seed):
-        specs = probes.inputs_variance(seed)
-        cases = _cases(data, expected=len(specs))
-        for (d_k, sigma), case in zip(specs, cases):
-            got = _to_number(_result(case, f"d_k={d_k}, σ={sigma}"), f"{name}({d_k}, {sigma})")
-            want = formula(d_k, sigma)
-            if not math.isclose(got, want, rel_tol=rtol, abs_tol=1e-12):
-                raise Wrong(f"{name}({d_k}, {sigma}) = {got:.6g}，应为 {want:.6g}。{hint}")
-        return 1.0, OK
-
-    verify.__name__ = f"verify_{name}"
-    return verify
-
-
-@_checked
-def verify_ex2_monte_carlo(data, seed):
-    specs = probes.inputs_monte_carlo(seed)
-    cases = _cases(data, expected=len(specs))
-    values = []
-    for (d_k, sigma, n, s), case in zip(specs, cases):
-        got = _to_number(_result(case, f"d_k={d_k}"), f"monte_carlo_variance({d_k}, {sigma}, {n}, seed={s})")
-        theory = d_k * sigma**4
-        if abs(got - theory) > 0.08 * theory:
-            raise Wrong(f"monte_carlo_variance({d_k}, {sigma}, {n}, seed={s}) = {got:.4g}，"
-                        f"离理论值 d_k·σ⁴ = {theory:.4g} 太远（超过 8%）。是 q·k 的方差吗？每一维的标准差是 σ 吗？")
-        values.append(got)
-    if values[0] == values[1]:
-        raise Wrong("同样的 d_k、σ 换一个 seed，结果一模一样：请真的用 seed 抽随机数做实验，而不是直接返回公式。")
-    return 1.0, OK
-
-
-@_checked
-def verify_ex3_equivariance(data, seed):
-    specs = probes.inputs_equivariance(seed)
-    cases = _cases(data, expected=len(specs))
-    for i, (spec, case) in enumerate(zip(specs, cases), 1):
-        label = f"第 {i} 组（{'因果掩码' if spec['causal'] else '无掩码'}）"
-        got = _to_number(_result(case, label), label)
-        X, perm = spec["X"], spec["perm"]
-        sa = lambda X_: self_attention_proj(X_, spec["W_q"], spec["W_k"], spec["W_v"], spec["causal"])  # noqa: E731
-        want = float(np.max(np.abs(sa(X[perm]) - sa(X)[perm])))
-        if not spec["causal"]:
-            if abs(got) > 1e-8:
-                raise Wrong(f"{label}：不加掩码时 SA(PX) 和 P·SA(X) 应该相等（差为 0），你算出的差是 {got:.3g}。"
-                            "检查 PX 和 P·SA(X) 是否用了同一个置换（X[perm]、SA(X)[perm]）。")
-        elif not math.isclose(got, want, rel_tol=1e-6, abs_tol=1e-9):
-            raise Wrong(f"{label}：差应为 {want:.6g}（加因果掩码后等变性不成立），你算出 {got:.6g}。")
-    return 1.0, OK
-
-
-@_checked
-def verify_ex5_numbers(data, seed):
-    for name, want in EX5.items():
-        want = np.asarray(want, dtype=float)
-        got = _to_array(_field(data, name), name, shape=want.shape)
-        if not _close(got, want, rtol=0, atol=HAND_TOL):
-            raise Wrong(f"{name} 不对：得到 {_fmt(got)}。旋转矩阵是 R(φ) = [[cos φ, −sin φ], [sin φ, cos φ]]，"
-                        "位置 m 转 mθ。")
-    return 1.0, OK
-
-
-@_checked
-def verify_ex5_rotate_2d(data, seed):
-    specs = probes.inputs_rotate_2d(seed)
-    cases = _cases(data, expected=len(specs))
-    for (x, angle), case in zip(specs, cases):
-        got = _to_array(_result(case, f"角度 {angle:.3f}"), f"rotate_2d(x, {angle:.3f})", shape=(2,))
-        want = rotate_2d(x, angle)
-        if not _close(got, want, rtol=1e-6, atol=1e-8):
-            hint = "（转反了方向？）" if _close(got, rotate_2d(x, -angle), 1e-6, 1e-8) else ""
-            raise Wrong(f"rotate_2d({_fmt(x)}, {angle:.4f}) = {_fmt(got)}，应为 {_fmt(want)}{hint}。")
-    return 1.0, OK
-
-
-@_checked
-def verify_ex5_rope(data, seed):
-    spec = probes.inputs_rope(seed)
-    n_ref = len(spec["cases"])
-    cases = _cases(data, expected=n_ref + 2 * len(spec["pairs"]))
-    for i, (c, case) in enumerate(zip(spec["cases"], cases[:n_ref]), 1):
-        want = rope(c["x"], c["positions"], c["base"])
-        got = _to_array(_result(case, f"第 {i} 组"), f"第 {i} 组", shape=want.shape)
-        if not _close(got, want, rtol=1e-6, atol=1e-8):
-            hint = ""
-            if c["base"] != 10000.0:
-                hint = "（这一组的 base 不是 10000：函数要用参数 base。）"
-            raise Wrong(f"第 {i} 组（T = {c['x'].shape[0]}、d = {c['x'].shape[1]}）：和参考的 RoPE（前一半与后一半配对，"
-                        f"θ_i = base^(-2i/d)）不一致{hint}。")
-    # 相对位置：q 在 m、k 在 n，m - n 相同时打分相同；旋转不改变长度
-    d = spec["q"].shape[0]
-    scores = []
-    for j, (m, n) in enumerate(spec["pairs"]):
-        q_rot = _to_array(_result(cases[n_ref + 2 * j], f"q 在位置 {m}"), f"q 在位置 {m}", shape=(1, d))[0]
-        k_rot = _to_array(_result(cases[n_ref + 2 * j + 1], f"k 在位置 {n}"), f"k 在位置 {n}", shape=(1, d))[0]
-        if not math.isclose(np.linalg.norm(q_rot), np.linalg.norm(spec["q"]), rel_tol=1e-6):
-            raise Wrong(f"旋转改变了向量的长度（位置 {m}）：RoPE 应保持长度不变。")
-        scores.append(float(q_rot @ k_rot))
-    if not np.allclose(scores, scores[0], rtol=1e-6, atol=1e-8):
-        raise Wrong(f"m − n 相同时打分应该相同，得到 {_fmt(scores)}。")
-    return 1.0, OK
-
-
-@_checked
-def verify_ex6_param_count(data, seed):
-    specs = probes.inputs_param_count(seed)
-    cases = _cases(data, expected=len(specs))
-    for spec, case in zip(specs, cases):
-        label = "count_params(V={}, d={}, n_layers={}, max_len={}, tied={}, positions={!r})".format(*spec)
-        got = _to_number(_result(case, label), label)
-        want = count_params(*spec)
-        if got != want:
-            diff = got - want
-            V, d = spec[0], spec[1]
-            hint = ""
-            if diff == -2 * d:
-                hint = "少了最后一个层归一化的 2d。"
-            elif diff == spec[3] * d:
-                hint = "只有可学习的位置嵌入（positions='learned'）才有 max_len·d 个参数。"
-            elif diff == -spec[3] * d:
-                hint = "可学习的位置嵌入有 max_len·d 个参数。"
-            elif abs(diff) == V * d:
-                hint = "检查输出层是否和词嵌入共享（tied）。"
-            raise Wrong(f"{label} = {got:,.0f}，应为 {want:,}。{hint}")
-    return 1.0, OK
-
-
-@_checked
-def verify_ex7_crossover(data, seed):
-    specs = probes.inputs_compute(seed)
-    cases = _cases(data, expected=len(specs))
-    for (_, d), case in zip(specs, cases):
-        got = _to_number(_result(case, f"d={d}"), f"crossover_length({d})")
-        if not math.isclose(got, 6 * d, rel_tol=1e-9):
-            raise Wrong(f"crossover_length({d}) = {got:g}，应为 {6 * d}（注意力矩阵 2n²d 和线性部分 12nd² 相等时）。")
-    return 1.0, OK
-
-
-@_checked
-def verify_ex7_share(data, seed):
-    specs = probes.inputs_compute(seed)
-    cases = _cases(data, expected=len(specs))
-    for (n, d), case in zip(specs, cases):
-        got = _to_number(_result(case, f"n={n}, d={d}"), f"attention_share({n}, {d})")
-        want = n / (n + 6 * d)
-        if not math.isclose(got, want, rel_tol=1e-6):
-            hint = "（这是比值 n/6d，不是占比。）" if math.isclose(got, n / (6 * d), rel_tol=1e-6) else ""
-            raise Wrong(f"attention_share({n}, {d}) = {got:.6g}，应为 {want:.6g}{hint}。占比是 0 到 1 之间的小数。")
-    return 1.0, OK
 
 
 def layer_norm(x, eps=1e-5):
@@ -445,60 +228,6 @@ def encoder_outputs(x, mask, seed, n_layers=2, n_heads=2):
     return h
 
 
-@_checked
-def verify_ex8_pad_mask(data, seed):
-    specs = probes.inputs_pad_mask(seed)
-    cases = _cases(data, expected=len(specs))
-    rng = np.random.default_rng([seed & 0xFFFFFFFF, 802])
-    for i, (pad, case) in enumerate(zip(specs, cases), 1):
-        res = _result(case, f"第 {i} 批")
-        if not isinstance(res, dict) or "shape" not in res or "values" not in res:
-            raise Wrong(f"第 {i} 批：记录的数据格式不对")
-        B, T = pad.shape
-        try:
-            m = np.array(res["values"], dtype=bool)
-        except (TypeError, ValueError):
-            raise Wrong(f"第 {i} 批：掩码不是布尔数组") from None
-        if list(m.shape) != list(res["shape"]) or m.ndim != 4:
-            raise Wrong(f"第 {i} 批：掩码应能广播到 (B, h, T, T) = ({B}, h, {T}, {T})，且是 4 维，得到形状 {res['shape']}。")
-        try:
-            np.broadcast_shapes(m.shape, (B, 1, T, T))
-        except ValueError:
-            raise Wrong(f"第 {i} 批：形状 {tuple(m.shape)} 不能广播到 ({B}, h, {T}, {T})。") from None
-        if m.shape[1] != 1:
-            raise Wrong(f"第 {i} 批：填充掩码对每个头都一样，头这一维应是 1，得到 {m.shape[1]}。")
-        d = 8
-        x = rng.normal(size=(B, T, d))
-        x[~pad] = 50 * rng.normal(size=(int((~pad).sum()), d))  # 填充位置放上很大的“垃圾”向量
-        out = encoder_outputs(x, m, seed)
-        for b in range(B):
-            L = int(pad[b].sum())
-            alone = encoder_outputs(x[b : b + 1, :L], None, seed)[0]
-            if not np.allclose(out[b, :L], alone, rtol=1e-6, atol=1e-8):
-                rows = np.broadcast_to(m, (B, 1, T, T))[b, 0]
-                hint = ""
-                if np.array_equal(rows, np.broadcast_to(pad[b][:, None], (T, T))):
-                    hint = "这个掩码挡住的是行（查询），应该挡列（键）：pad_mask[:, None, None, :]。"
-                raise Wrong(f"第 {i} 批第 {b} 句（{L} 个真实词、{T - L} 个填充）：真实词的编码器输出和不填充时不同，"
-                            f"说明它们还在关注填充位置或被挡住了真实的词。{hint}")
-    return 1.0, OK
-
-
-@_checked
-def verify_ex11_counts(data, seed):
-    specs = probes.inputs_kv_counts(seed)
-    without, with_cache = _cases(data, "without", len(specs)), _cases(data, "with", len(specs))
-    for (n, m), a, b in zip(specs, without, with_cache):
-        got = _to_number(_result(a, f"n={n}, m={m}"), f"positions_without_cache({n}, {m})")
-        want = m * n + m * (m - 1) // 2
-        if got != want:
-            raise Wrong(f"positions_without_cache({n}, {m}) = {got:g}，应为 {want}：第 i 次生成要重算 n + i − 1 个位置。")
-        got = _to_number(_result(b, f"n={n}, m={m}"), f"positions_with_cache({n}, {m})")
-        if got != n + m:
-            raise Wrong(f"positions_with_cache({n}, {m}) = {got:g}，应为 {n + m}：提示算一次，之后每个新词算 1 个位置。")
-    return 1.0, OK
-
-
 def tiny_lm_logits(w: dict, idx) -> np.ndarray:
     """probes.TinyLM 的前向（NumPy 版，不用缓存）：整个序列一次送进去，返回 (B, T, V) 的 logits。"""
     idx = np.asarray(idx)
@@ -518,36 +247,501 @@ def greedy_reference(model_seed: int, prompt, m: int) -> list:
     return idx.tolist()
 
 
+# 练习 1 的手算答案（q、k、v 见讲义 §15 练习 1）
+EX1_Q = np.array([[1.0, 0.0], [0.0, 1.0]])
+EX1_K = np.array([[1.0, 1.0], [1.0, -1.0]])
+EX1_V = np.array([[1.0, 0.0], [0.0, 1.0]])
+EX1_SCORES = EX1_Q @ EX1_K.T / math.sqrt(2)
+EX1_OUTPUTS, EX1_WEIGHTS = attention(EX1_Q, EX1_K, EX1_V)
+HAND_TOL = 0.01  # 手算答案保留两三位小数即可
+
+# 练习 5 的答案
+EX5 = {
+    "q_tilde_a": rotate_2d([1.0, 0.0], 2 * math.pi / 6),
+    "k_tilde_a": rotate_2d([1.0, 0.0], 1 * math.pi / 6),
+    "dot_a": math.cos(math.pi / 6),
+    "dot_b": math.cos(math.pi / 6),
+    "dot_c": math.cos(-math.pi / 6),
+}
+
+
+# ----------------------------------------------------------------------------
+# 各题的 verify
+# ----------------------------------------------------------------------------
+
+
+def _hand_value(name, expected, hint, typical=()):
+    """手算的数值（变量）：和答案相差不超过 HAND_TOL。typical：[(常见的错误答案, 原因)]，用来说出原因。"""
+
+    @_checked
+    def verify(data, seed):
+        got = fmt.read_array(_field(data, "value"), name, expected.shape, returned=False)
+        if not _close(got, expected, rtol=0, atol=HAND_TOL):
+            why = next((w for value, w in typical if _close(got, value, rtol=0, atol=HAND_TOL)), hint)
+            raise Wrong(f"{name} 不对：得到 {_fmt(got)}。{why}")
+        return 1.0, OK
+
+    verify.__name__ = f"verify_{name}"
+    return verify
+
+
+SELF_ATTENTION_LABELS = {"2d": "二维输入、无掩码", "2d_mask": "二维输入 + 因果掩码", "batch": "有批维度、无掩码",
+                         "batch_mask": "有批维度 + 掩码（每句不同的掩码、要广播的掩码）"}
+
+
+def _attention_hint(w, spec) -> str:
+    """权重不对时，最可能的原因。"""
+    Q, K, V, mask = spec["Q"], spec["K"], spec["V"], spec["mask"]
+    d_k = Q.shape[-1]
+    same = lambda other: _close(w, other, rtol=1e-5, atol=1e-6)  # noqa: E731
+    if same(attention(Q * math.sqrt(d_k), K, V, mask)[1]):
+        return "看起来打分没有除以 √d_k。"
+    if same(attention(Q * d_k, K, V, mask)[1]):
+        return "看起来打分乘了 √d_k，应该除以 √d_k。"
+    if mask is not None and same(attention(Q, K, V)[1]):
+        return "看起来掩码没有起作用：mask 为 False 的位置权重应为 0（softmax 之前填 −∞）。"
+    if mask is not None and same(attention(Q, K, V, ~np.asarray(mask))[1]):
+        return "看起来掩码用反了：mask 里 True 表示“可以看”。"
+    scores = Q @ np.swapaxes(K, -1, -2) / math.sqrt(d_k)
+    if mask is None and same(softmax(scores, axis=-2)):
+        return "看起来 softmax 按列做了：应按最后一维（每一行）做，每行之和为 1。"
+    return "检查打分 QK^T/√d_k、按行 softmax 和掩码。"
+
+
+def _check_attention_case(spec, res, label):
+    out_ref, w_ref = attention(spec["Q"], spec["K"], spec["V"], spec["mask"])
+    out_d, w_d = fmt.read_pair(res, f"{label}：self_attention")
+    nan_hint = ("某一行的位置全被挡住了？mask 里 True 表示“可以看”，是不是用反了？" if spec["mask"] is not None
+                else "exp 溢出了？softmax 之前先减去每行的最大值")
+    w = fmt.read_array(w_d, f"{label}：权重", w_ref.shape, nan_hint=nan_hint)
+    out = fmt.read_array(out_d, f"{label}：输出", out_ref.shape, nan_hint=nan_hint)
+    if not _close(w, w_ref, rtol=1e-5, atol=1e-6):
+        raise Wrong(f"{label}：注意力权重和参考答案不一致。{_attention_hint(w, spec)}")
+    if not _close(out, out_ref, rtol=1e-5, atol=1e-6):
+        raise Wrong(f"{label}：权重正确，但输出不对（输出应是权重乘 V）。")
+
+
+@_checked
+def verify_ex1_self_attention(data, seed):
+    """四部分各 2 分：二维无掩码、二维 + 掩码、批维度无掩码、批维度 + 掩码。"""
+    specs = probes.inputs_self_attention(seed)
+    cases = _cases(data, expected=len(specs))
+
+    def check_part(part):
+        for spec, case in zip(specs, cases):
+            if spec["part"] != part:
+                continue
+            label = f"Q 的形状 {spec['Q'].shape}" + ("" if spec["mask"] is None else f"、掩码 {spec['mask'].shape}")
+            if "error" in case and part.startswith("batch"):
+                raise Wrong(f"{label}：{_error_text(case['error'])}（有批维度时转置最后两维要用 np.swapaxes(K, -1, -2)；"
+                            "K.T 会把所有维度都倒过来）")
+            _check_attention_case(spec, _result(case, label), label)
+
+    return _score([_part(SELF_ATTENTION_LABELS[p], 2, lambda p=p: check_part(p)) for p in probes.SELF_ATTENTION_PARTS])
+
+
+def _verify_query(kind):
+    """方向对（2 分）+ 长度够（1 分）。只看注意力权重，和值 V 无关：
+    copy：k_a 的打分最大，权重至少 0.99；average：k_a、k_b 的打分相等且最大，两者权重合计至少 0.99、相差不超过 0.01。"""
+
+    @_checked
+    def verify(data, seed):
+        specs = probes.inputs_orthonormal_keys(seed, 401 if kind == "copy" else 402)
+        cases = _cases(data, expected=len(specs))
+        scores = []  # 每组：(说明, K q, a, b)
+        for i, (spec, case) in enumerate(zip(specs, cases), 1):
+            n, d = spec["K"].shape
+            where = f"第 {i} 组（n = {n}、d = {d}）"
+            q = fmt.read_array(_result(case, where), f"{where}的查询", (d,))
+            scores.append((where, spec["K"] @ q, spec["a"], spec["b"]))
+
+        def direction():
+            for where, s, a, b in scores:
+                if kind == "copy":
+                    others = np.delete(s, a)
+                    if not s[a] > others.max() + 1e-9:
+                        raise Wrong(f"{where}：q·k_a 应比其他所有键的打分都大（q 应指向 k_a），"
+                                    f"得到 q·k_a = {s[a]:.3g}，其他键最大 {others.max():.3g}。")
+                    continue
+                others = np.delete(s, [a, b])
+                if not math.isclose(s[a], s[b], rel_tol=1e-6, abs_tol=1e-9):
+                    raise Wrong(f"{where}：k_a、k_b 的打分应相等（q 应同样地指向 k_a 和 k_b），得到 {s[a]:.3g} 和 {s[b]:.3g}。")
+                if others.size and not min(s[a], s[b]) > others.max() + 1e-9:
+                    raise Wrong(f"{where}：k_a、k_b 的打分应比其他键都大，得到 {s[a]:.3g}，其他键最大 {others.max():.3g}。")
+
+        def length():
+            for where, s, a, b in scores:
+                w = softmax(s)
+                if kind == "copy" and w[a] < 0.99:
+                    raise Wrong(f"{where}：k_a 的权重只有 {w[a]:.3f}，要求至少 0.99。q = c·k_a 时权重是 "
+                                "e^c / (e^c + n − 1)，n = 8 时要 c ≥ ln(99 × 7) ≈ 6.5。")
+                if kind == "average" and (w[a] + w[b] < 0.99 or abs(w[a] - w[b]) > 0.01):
+                    raise Wrong(f"{where}：k_a、k_b 的权重是 {w[a]:.3f} 和 {w[b]:.3f}，要求合计至少 0.99、相差不超过 0.01。"
+                                "q = c·(k_a + k_b) 时要 c 足够大（n = 8 时 c ≥ ln(99 × 6 / 2) ≈ 5.7）。")
+
+        parts = [_part("方向：打分最大的是 k_a" if kind == "copy" else "方向：k_a、k_b 的打分相等且最大", 2, direction),
+                 _part("长度：权重集中到 0.99 以上", 1, length)]
+        return _score(parts)
+
+    verify.__name__ = f"verify_ex4_{kind}_query"
+    return verify
+
+
+def _verify_formula(name, formula, rtol, typical):
+    """typical：[(常见的错误公式, 原因)]。"""
+
+    @_checked
+    def verify(data, seed):
+        specs = probes.inputs_variance(seed)
+        cases = _cases(data, expected=len(specs))
+        for (d_k, sigma), case in zip(specs, cases):
+            what = f"{name}({d_k}, {sigma})"
+            got = fmt.read_number(_result(case, what), what)
+            want = formula(d_k, sigma)
+            if not math.isclose(got, want, rel_tol=rtol, abs_tol=1e-12):
+                why = next((w for f, w in typical if math.isclose(got, f(d_k, sigma), rel_tol=1e-9)), "")
+                raise Wrong(f"{what} = {got:.6g}，应为 {want:.6g}。{why}")
+        return 1.0, OK
+
+    verify.__name__ = f"verify_{name}"
+    return verify
+
+
+@_checked
+def verify_ex2_monte_carlo(data, seed):
+    """实验结果接近 d_kσ⁴（1 分）+ 用了参数 seed（1 分）。直接返回公式不是实验：0 分。"""
+    specs = probes.inputs_monte_carlo(seed)
+    cases = _cases(data, expected=len(specs))
+    values = []
+    for (d_k, sigma, n, s), case in zip(specs, cases):
+        what = f"monte_carlo_variance({d_k}, {sigma}, {n}, seed={s})"
+        values.append((what, d_k * sigma**4, fmt.read_number(_result(case, what), what)))
+    if any(math.isclose(got, theory, rel_tol=1e-12) for _, theory, got in values):
+        raise Wrong("结果恰好等于公式 d_k·σ⁴：这道题要的是真的抽随机数做实验，返回样本方差。")
+
+    def accurate():
+        for what, theory, got in values:
+            if abs(got - theory) > 0.08 * theory:
+                raise Wrong(f"{what} = {got:.4g}，离理论值 d_k·σ⁴ = {theory:.4g} 太远（超过 8%）。"
+                            "是 q·k 的方差吗？每一维的标准差是 σ 吗（方差是 σ²）？")
+
+    def uses_seed():
+        if values[0][2] == values[1][2]:
+            raise Wrong("同样的 d_k、σ 换一个 seed，结果一模一样：要用参数 seed 建随机数生成器 np.random.default_rng(seed)。")
+
+    return _score([_part("结果接近 d_kσ⁴", 1, accurate), _part("用了参数 seed", 1, uses_seed)])
+
+
+@_checked
+def verify_ex3_equivariance(data, seed):
+    """不加掩码时差为 0（3 分）+ 加因果掩码时差等于参考值（2 分）。
+    “总是返回 0”在不加掩码时也是 0：所以前一部分只有在加掩码时返回的不全是 0（函数真的在算）时才给分；
+    加掩码时出错（例如自己写的注意力不支持掩码）不算“返回 0”。"""
+    specs = probes.inputs_equivariance(seed)
+    cases = _cases(data, expected=len(specs))
+    got = []
+    for i, (spec, case) in enumerate(zip(specs, cases), 1):
+        label = f"第 {i} 组（{'因果掩码' if spec['causal'] else '无掩码'}）"
+        try:
+            got.append((label, spec, fmt.read_number(_result(case, label), f"{label}：equivariance_gap")))
+        except (Wrong, FormatError) as err:
+            got.append((label, spec, err))
+
+    def unmasked():
+        for label, spec, value in got:
+            if isinstance(value, Exception):
+                if not spec["causal"]:
+                    raise value
+            elif not spec["causal"] and abs(value) > 1e-8:
+                raise Wrong(f"{label}：不加掩码时 SA(PX) 和 P·SA(X) 应该相等（差为 0），你算出的差是 {value:.3g}。"
+                            "检查 PX 和 P·SA(X) 是否用了同一个置换（X[perm]、SA(X)[perm]）。")
+        if all(not isinstance(value, Exception) and abs(value) < 1e-8 for _, spec, value in got if spec["causal"]):
+            raise Wrong("加因果掩码时也返回 0：函数没有真的在比较（或者 causal 没有传给 sa_numpy），"
+                        "所以不加掩码时的 0 也不能算数。")
+
+    def causal():
+        for label, spec, value in got:
+            if not spec["causal"]:
+                continue
+            if isinstance(value, Exception):
+                raise value
+            sa = lambda X_: self_attention_proj(X_, spec["W_q"], spec["W_k"], spec["W_v"], True)  # noqa: E731
+            diff = sa(spec["X"][spec["perm"]]) - sa(spec["X"])[spec["perm"]]
+            want = float(np.max(np.abs(diff)))
+            if not math.isclose(value, want, rel_tol=1e-6, abs_tol=1e-9):
+                hint = ""
+                if abs(value) < 1e-8:
+                    hint = "加因果掩码后等变性不成立，差不是 0：causal 传给 sa_numpy 了吗？"
+                elif math.isclose(value, float(np.mean(np.abs(diff))), rel_tol=1e-6):
+                    hint = "这是平均值：要的是最大的差 max|SA(PX) − P·SA(X)|。"
+                raise Wrong(f"{label}：差应为 {want:.6g}（加因果掩码后等变性不成立），你算出 {value:.6g}。{hint}")
+
+    return _score([_part("不加掩码：差为 0", 3, unmasked), _part("加因果掩码：差等于参考值", 2, causal)])
+
+
+EX5_HINTS = {
+    "q_tilde_a": [(rotate_2d([1.0, 0.0], -math.pi / 3), "转反了方向：R(φ) 是逆时针旋转。"),
+                  (rotate_2d([1.0, 0.0], math.pi / 6), "位置 m = 2 要转 mθ = π/3。")],
+    "k_tilde_a": [(rotate_2d([1.0, 0.0], -math.pi / 6), "转反了方向：R(φ) 是逆时针旋转。")],
+    "dot_c": [(-math.cos(math.pi / 6), "点积是 cos((m − n)θ)，cos 是偶函数：cos(−π/6) = cos(π/6)。")],
+}
+
+
+@_checked
+def verify_ex5_numbers(data, seed):
+    """五个数各 0.6 分。"""
+
+    def value(name, want):
+        want, desc = np.asarray(want, dtype=float), _field(data, name)
+        if isinstance(desc, dict) and "error" in desc:
+            raise Wrong(_error_text(desc["error"]))
+        if want.shape:
+            got = fmt.read_array(desc, name, want.shape, returned=False)
+        else:
+            got = np.asarray(fmt.read_number(desc, name, returned=False))
+        if not _close(got, want, rtol=0, atol=HAND_TOL):
+            why = next((w for v, w in EX5_HINTS.get(name, []) if _close(got, v, rtol=0, atol=HAND_TOL)),
+                       "旋转矩阵是 R(φ) = [[cos φ, −sin φ], [sin φ, cos φ]]，位置 m 转 mθ。")
+            raise Wrong(f"得到 {_fmt(got)}。{why}")
+
+    if isinstance(data, dict) and "error" in data:
+        raise Wrong(_error_text(data["error"]))
+    return _score([_part(name, 0.6, lambda n=name, w=want: value(n, w)) for name, want in EX5.items()])
+
+
+@_checked
+def verify_ex5_rotate_2d(data, seed):
+    specs = probes.inputs_rotate_2d(seed)
+    cases = _cases(data, expected=len(specs))
+    for (x, angle), case in zip(specs, cases):
+        what = f"rotate_2d({_fmt(x)}, {angle:.4f})"
+        got = fmt.read_array(_result(case, what), what, (2,))
+        want = rotate_2d(x, angle)
+        if not _close(got, want, rtol=1e-6, atol=1e-8):
+            hint = "（转反了方向？）" if _close(got, rotate_2d(x, -angle), 1e-6, 1e-8) else ""
+            raise Wrong(f"{what} = {_fmt(got)}，应为 {_fmt(want)}{hint}。")
+    return 1.0, OK
+
+
+@_checked
+def verify_ex5_rope(data, seed):
+    """打分只依赖 m − n（2 分）+ 配对方式（2 分）+ base = 10000 时和参考一致（1 分）+ 用参数 base（1 分）。"""
+    spec = probes.inputs_rope(seed)
+    n_ref = len(spec["cases"])
+    cases = _cases(data, expected=n_ref + 2 * len(spec["pairs"]))
+    outputs = []  # (case, 学生的输出或错误)
+    for i, (c, case) in enumerate(zip(spec["cases"], cases[:n_ref]), 1):
+        what = f"rope（T = {c['x'].shape[0]}、d = {c['x'].shape[1]}、base = {c['base']:g}）"
+        try:
+            outputs.append((what, c, fmt.read_array(_result(case, what), what, c["x"].shape)))
+        except (Wrong, FormatError) as err:
+            outputs.append((what, c, err))
+
+    def pairing():
+        for what, c, y in outputs:
+            if isinstance(y, Exception):
+                raise y
+            x, half = c["x"], c["x"].shape[1] // 2
+            plane = lambda a: np.hypot(a[:, :half], a[:, half:])  # noqa: E731  第 i 个平面：第 i 维和第 i + d/2 维
+            if np.max(np.abs(y - x)) < 1e-6:
+                raise Wrong(f"{what}：位置不为 0，向量却没有转动。")
+            if not _close(plane(y), plane(x), rtol=1e-6, atol=1e-8):
+                raise Wrong(f"{what}：第 i 维和第 i + d/2 维组成的平面里长度变了：配对方式不是“前一半和后一半”"
+                            "（相邻两维配对是原论文的写法，本题按 lib.transformer.apply_rope 的写法）。")
+
+    def matches(bases):
+        for what, c, y in outputs:
+            if c["base"] not in bases:
+                continue
+            if isinstance(y, Exception):
+                raise y
+            if not _close(y, rope(c["x"], c["positions"], c["base"]), rtol=1e-6, atol=1e-8):
+                d = c["x"].shape[1]
+                hint = ""
+                if _close(y, rope(c["x"], c["positions"], c["base"], -np.arange(d // 2) / d), 1e-6, 1e-8):
+                    hint = "看起来用了 θ_i = base^(−i/d)：指数应是 −2i/d。"
+                elif _close(y, rope(c["x"], c["positions"]), 1e-6, 1e-8):
+                    hint = "这一组的 base 不是 10000，结果却和 base = 10000 一样：函数要用参数 base。"
+                elif _close(y, rope(c["x"], -np.asarray(c["positions"]), c["base"]), 1e-6, 1e-8):
+                    hint = "转反了方向：位置 p 逆时针转 pθ_i。"
+                raise Wrong(f"{what}：和参考的 RoPE（前一半与后一半配对，θ_i = base^(−2i/d)）不一致。{hint}")
+
+    def relative():
+        d = spec["q"].shape[0]
+        scores = []
+        for j, (m, n) in enumerate(spec["pairs"]):
+            q_rot = fmt.read_array(_result(cases[n_ref + 2 * j], f"q 在位置 {m}"), f"q 在位置 {m}", (1, d))[0]
+            k_rot = fmt.read_array(_result(cases[n_ref + 2 * j + 1], f"k 在位置 {n}"), f"k 在位置 {n}", (1, d))[0]
+            if not math.isclose(np.linalg.norm(q_rot), np.linalg.norm(spec["q"]), rel_tol=1e-6):
+                raise Wrong(f"旋转改变了向量的长度（位置 {m}）：RoPE 应保持长度不变。")
+            scores.append(float(q_rot @ k_rot))
+        same, other = scores[:-1], scores[-1]
+        if not np.allclose(same, same[0], rtol=1e-6, atol=1e-8):
+            raise Wrong(f"m − n 相同时打分应该相同，得到 {_fmt(same)}。")
+        if math.isclose(other, same[0], rel_tol=1e-6, abs_tol=1e-8):
+            raise Wrong("m − n 不同时打分也一样：位置没有起作用（向量真的转了吗？）。")
+
+    return _score([_part("打分只依赖 m − n", 2, relative),
+                   _part("配对：第 i 维和第 i + d/2 维在同一个平面里旋转", 2, pairing),
+                   _part("base = 10000 时和参考一致（θ_i = base^(−2i/d)）", 1, lambda: matches({10000.0})),
+                   _part("用了参数 base（base ≠ 10000 的几组）", 1,
+                         lambda: matches({c["base"] for c in spec["cases"]} - {10000.0}))])
+
+
+PARAM_COUNT_PARTS = [("可学习的位置表（GPT-2 small 等）", (0, 1)), ("正弦编码和不加位置（都没有参数）", (2, 3)),
+                     ("RoPE（LLaMA-7B 的形状等，没有参数）", (4, 5))]
+
+
+@_checked
+def verify_ex6_param_count(data, seed):
+    """按位置编码分三部分，各 2 分；每部分有一组共享输出层、一组不共享。"""
+    specs = probes.inputs_param_count(seed)
+    cases = _cases(data, expected=len(specs))
+
+    def check(i):
+        V, d, n_layers, max_len, tied, pos = spec = specs[i]
+        label = "count_params(V={}, d={}, n_layers={}, max_len={}, tied={}, positions={!r})".format(*spec)
+        got = fmt.read_integer(_result(cases[i], label), label)
+        want = count_params(*spec)
+        if got != want:
+            diff = got - want
+            hint = {-2 * d: "少了最后一个层归一化的 2d（讲义的 12d² + 13d 估算不含它）。",
+                    max_len * d: "只有可学习的位置嵌入（positions='learned'）才有 max_len·d 个参数。",
+                    -max_len * d: "可学习的位置嵌入有 max_len·d 个参数。",
+                    V * d: "输出层和词嵌入共享（tied=True）时不另算。",
+                    -V * d: "输出层不和词嵌入共享（tied=False）时要另算 V·d。"}.get(diff, "")
+            raise Wrong(f"{label} = {got:,}，应为 {want:,}。{hint}")
+
+    return _score([_part(label, 2, lambda idx=idx: [check(i) for i in idx]) for label, idx in PARAM_COUNT_PARTS])
+
+
+@_checked
+def verify_ex7_crossover(data, seed):
+    specs = probes.inputs_compute(seed)
+    cases = _cases(data, expected=len(specs))
+    for (_, d), case in zip(specs, cases):
+        got = fmt.read_number(_result(case, f"crossover_length({d})"), f"crossover_length({d})")
+        if not math.isclose(got, 6 * d, rel_tol=1e-9):
+            raise Wrong(f"crossover_length({d}) = {got:g}，应为 {6 * d}（注意力矩阵 2n²d 和线性部分 12nd² 相等时）。")
+    return 1.0, OK
+
+
+@_checked
+def verify_ex7_share(data, seed):
+    specs = probes.inputs_compute(seed)
+    cases = _cases(data, expected=len(specs))
+    for (n, d), case in zip(specs, cases):
+        what = f"attention_share({n}, {d})"
+        got = fmt.read_number(_result(case, what), what)
+        want = n / (n + 6 * d)
+        if not math.isclose(got, want, rel_tol=1e-6):
+            hint = "（这是比值 n/6d，不是占比。）" if math.isclose(got, n / (6 * d), rel_tol=1e-6) else ""
+            raise Wrong(f"{what} = {got:.6g}，应为 {want:.6g}{hint}。占比是 0 到 1 之间的小数。")
+    return 1.0, OK
+
+
+@_checked
+def verify_ex8_pad_mask(data, seed):
+    specs = probes.inputs_pad_mask(seed)
+    cases = _cases(data, expected=len(specs))
+    rng = np.random.default_rng([seed & 0xFFFFFFFF, 802])
+    for i, (pad, case) in enumerate(zip(specs, cases), 1):
+        B, T = pad.shape
+        m = fmt.read_torch_bool_mask(_result(case, f"第 {i} 批"), f"key_padding_mask（第 {i} 批）", ndim=4)
+        try:
+            np.broadcast_shapes(m.shape, (B, 1, T, T))
+        except ValueError:
+            raise Wrong(f"第 {i} 批：形状 {tuple(m.shape)} 不能广播到 (B, h, T, T) = ({B}, h, {T}, {T})。") from None
+        if m.shape[1] != 1:
+            raise Wrong(f"第 {i} 批：填充掩码对每个头都一样，头这一维应是 1，得到 {m.shape[1]}。")
+        d = 8
+        x = rng.normal(size=(B, T, d))
+        x[~pad] = 50 * rng.normal(size=(int((~pad).sum()), d))  # 填充位置放上很大的“垃圾”向量
+        out = encoder_outputs(x, m, seed)
+        for b in range(B):
+            L = int(pad[b].sum())
+            alone = encoder_outputs(x[b : b + 1, :L], None, seed)[0]
+            if not np.allclose(out[b, :L], alone, rtol=1e-6, atol=1e-8):
+                rows = np.broadcast_to(m, (B, 1, T, T))[b, 0]
+                hint = ""
+                if np.array_equal(rows, np.broadcast_to(pad[b][:, None], (T, T))):
+                    hint = "这个掩码挡住的是行（查询），应该挡列（键）：pad_mask[:, None, None, :]。"
+                elif np.array_equal(rows, np.broadcast_to(~pad[b][None, :], (T, T))):
+                    hint = "这个掩码用反了：True 表示“可以看”，真实词元才是 True。"
+                raise Wrong(f"第 {i} 批第 {b} 句（{L} 个真实词、{T - L} 个填充）：真实词的编码器输出和不填充时不同，"
+                            f"说明它们还在关注填充位置或被挡住了真实的词。{hint}")
+    return 1.0, OK
+
+
+KV_OFF_BY_ONE = ("讲义的 n + m 把最后一个新词也算了进去；但它生成之后不必再送进模型（已经没有下一个词要预测），"
+                 "所以参考的生成循环一共处理 n + m − 1 个位置（见 notebook 10 演示 4）。")
+
+
+@_checked
+def verify_ex11_counts(data, seed):
+    """不用缓存（1.5 分）+ 用缓存（1.5 分）。"""
+    specs = probes.inputs_kv_counts(seed)
+
+    def check(key, name, formula, hint):
+        cases = _cases(data, key, len(specs))
+        for (n, m), case in zip(specs, cases):
+            what = f"{name}({n}, {m})"
+            got, want = fmt.read_integer(_result(case, what), what), formula(n, m)
+            if got != want:
+                raise Wrong(f"{what} = {got:,}，应为 {want:,}。{hint(n, m, got)}")
+
+    def hint_without(n, m, got):
+        if got == m * n:
+            return "第 i 次生成要重算 n + i − 1 个位置：序列在变长。"
+        return "第 i 次生成要重算 n + i − 1 个位置（i = 1, …, m）。"
+
+    def hint_with(n, m, got):
+        if got == n + m:
+            return KV_OFF_BY_ONE
+        return "提示的 n 个位置算一次；之后每生成一个词，只把这个新词送进模型（最后一个新词不必再送）。"
+
+    return _score([
+        _part("不用缓存", 1.5, lambda: check("without", "positions_without_cache", lambda n, m: m * n + m * (m - 1) // 2,
+                                         hint_without)),
+        _part("用 KV 缓存", 1.5, lambda: check("with", "positions_with_cache", lambda n, m: n + m - 1, hint_with))])
+
+
 @_checked
 def verify_ex11_cached_generation(data, seed):
+    """生成的词元正确（3 分）+ 用了 KV 缓存（3 分，词元正确时才检查）。"""
     specs = probes.inputs_generation(seed)
     cases = _cases(data, expected=len(specs))
-    for i, (spec, case) in enumerate(zip(specs, cases), 1):
-        res = _result(case, f"第 {i} 组")
-        if not isinstance(res, dict) or not isinstance(res.get("tokens"), list) or not isinstance(res.get("calls"), list):
-            raise Wrong(f"第 {i} 组：记录的数据格式不对")
-        prompt, m = spec["prompt"], spec["m"]
-        B, n = prompt.shape
-        want = greedy_reference(spec["model_seed"], prompt, m)
+
+    def tokens():
+        for i, (spec, case) in enumerate(zip(specs, cases), 1):
+            prompt, m = spec["prompt"], spec["m"]
+            B, n = prompt.shape
+            res = _result(case, f"第 {i} 组")
+            if not isinstance(res, dict) or not isinstance(res.get("calls"), list):
+                raise Wrong(f"第 {i} 组：记录的数据格式不对")
+            got = fmt.read_array(res.get("tokens"), f"generate_cached（第 {i} 组，B = {B}、n = {n}、m = {m}）",
+                                 (B, n + m))
+            if not np.array_equal(got, greedy_reference(spec["model_seed"], prompt, m)):
+                raise Wrong(f"第 {i} 组：生成的词元和不用缓存的贪心生成不同。检查：每步取 logits[:, -1, :] 最大的词，"
+                            "提示只送进模型一次，之后每步只送最新的一个词，并且每次都传同一个 kv_cache。")
+
+    def cache():
         try:
-            tokens = np.array(res["tokens"], dtype=np.int64)
-        except (TypeError, ValueError, OverflowError):
-            raise Wrong(f"第 {i} 组：返回的不是整数词元") from None
-        if tokens.shape != (B, n + m):
-            raise Wrong(f"第 {i} 组：应返回 (B, n + m) = ({B}, {n + m}) 的词元（提示 + 新词），得到形状 {tokens.shape}。")
-        if tokens.tolist() != want:
-            raise Wrong(f"第 {i} 组：生成的词元和不用缓存的贪心生成不同。检查：提示只送进模型一次，"
-                        "之后每步只送最新的一个词，并且每次都传同一个 kv_cache。")
-        calls = res["calls"]
-        try:
-            total = sum(int(c["positions"]) for c in calls)
-            used_cache = all(bool(c["cache"]) for c in calls)
-        except (TypeError, KeyError, ValueError):
-            raise Wrong(f"第 {i} 组：记录的调用信息格式不对") from None
-        if not calls or not used_cache or total > n + m:
-            raise Wrong(f"第 {i} 组：词元对了，但模型一共处理了 {total} 个位置（用了缓存应不超过 n + m = {n + m}）："
-                        "每一步都要把 kv_cache 传给模型，并且只送入新的词。")
-    return 1.0, OK
+            tokens()
+        except (Wrong, FormatError):
+            raise Wrong("词元不对时不检查缓存的用法。") from None
+        for i, (spec, case) in enumerate(zip(specs, cases), 1):
+            n, m, calls = spec["prompt"].shape[1], spec["m"], case["result"]["calls"]
+            try:
+                total = sum(int(c["positions"]) for c in calls)
+                used = all(bool(c["cache"]) for c in calls)
+            except (TypeError, KeyError, ValueError):
+                raise Wrong(f"第 {i} 组：记录的调用信息格式不对") from None
+            if not calls or not used or total > n + m:
+                raise Wrong(f"第 {i} 组：模型一共处理了 {total} 个位置（用缓存时应是 n + m − 1 = {n + m - 1}）："
+                            "每一步都要把同一个 kv_cache 传给模型，提示只送一次，之后只送入新的词。")
+
+    return _score([_part("生成的词元正确", 3, tokens), _part("用了 KV 缓存", 3, cache)])
 
 
 # ----------------------------------------------------------------------------
@@ -558,16 +752,27 @@ _NB1, _NB2, _NB3 = "01_attention_by_hand", "02_scaling_and_equivariance", "03_po
 _NB4, _NB5 = "04_blocks_and_cost", "05_masks_and_kv_cache"
 
 CHECKS: dict[str, Check] = {c.grade_id: c for c in [
-    Check("ex1_scores", _NB1, 2, _hand_value("scores_1", EX1_SCORES, "打分是 q_i·k_j 除以 √d_k = √2。")),
-    Check("ex1_weights", _NB1, 2, _hand_value("weights_1", EX1_WEIGHTS, "每一行做 softmax，每行之和为 1。")),
-    Check("ex1_outputs", _NB1, 2, _hand_value("outputs_1", EX1_OUTPUTS, "第 i 行是 Σ_j α_ij v_j。")),
+    Check("ex1_scores", _NB1, 2, _hand_value(
+        "scores_1", EX1_SCORES, "打分是 q_i·k_j 除以 √d_k = √2。",
+        [(EX1_Q @ EX1_K.T, "没有除以 √d_k = √2。"), (EX1_Q @ EX1_K.T * math.sqrt(2), "乘了 √2，应该除以 √2。")])),
+    Check("ex1_weights", _NB1, 2, _hand_value(
+        "weights_1", EX1_WEIGHTS, "每一行做 softmax，每行之和为 1。",
+        [(softmax(EX1_Q @ EX1_K.T), "用的是没有缩放的打分：先除以 √2 再做 softmax。"),
+         (softmax(EX1_SCORES, axis=0), "softmax 应该按行做（每一行之和为 1），不是按列。")])),
+    Check("ex1_outputs", _NB1, 2, _hand_value(
+        "outputs_1", EX1_OUTPUTS, "第 i 行是 o_i = Σ_j α_ij v_j。",
+        [(EX1_OUTPUTS.T, "看起来转置了：第 i 行应是第 i 个词的输出 o_i = Σ_j α_ij v_j。")])),
     Check("ex1_self_attention", _NB1, 8, verify_ex1_self_attention),
     Check("ex4_copy_query", _NB1, 3, _verify_query("copy")),
     Check("ex4_average_query", _NB1, 3, _verify_query("average")),
-    Check("ex2_variance", _NB2, 2, _verify_formula("score_variance", lambda d, s: d * s**4, 1e-9,
-                                                   "每一项 q_j k_j 的方差是 σ⁴，d_k 项独立相加。")),
-    Check("ex2_divisor", _NB2, 2, _verify_formula("score_divisor", lambda d, s: s**2 * math.sqrt(d), 1e-9,
-                                                  "要除以打分的标准差：√(d_k σ⁴)。")),
+    Check("ex2_variance", _NB2, 2, _verify_formula(
+        "score_variance", lambda d, s: d * s**4, 1e-9,
+        [(lambda d, s: d * s**2, "这是 d_k·σ²：每一项 q_j k_j 的方差是 E[q_j²]E[k_j²] = σ⁴。")])),
+    Check("ex2_divisor", _NB2, 2, _verify_formula(
+        "score_divisor", lambda d, s: s**2 * math.sqrt(d), 1e-9,
+        [(lambda d, s: math.sqrt(d), "忘了 σ：要除以打分的标准差 √(d_k σ⁴) = σ²√d_k。"),
+         (lambda d, s: s * math.sqrt(d), "是 σ²√d_k，不是 σ√d_k（方差是 d_kσ⁴）。"),
+         (lambda d, s: d * s**4, "这是方差：要除以标准差（方差的平方根）。")])),
     Check("ex2_monte_carlo", _NB2, 2, verify_ex2_monte_carlo),
     Check("ex3_equivariance", _NB2, 5, verify_ex3_equivariance),
     Check("ex5_numbers", _NB3, 3, verify_ex5_numbers),
@@ -592,10 +797,15 @@ def grade(grade_id: str, namespace: dict, seed: int | None = None) -> tuple[floa
     return CHECKS[grade_id].verify(data, seed)
 
 
-def run_check(grade_id: str, namespace: dict, seed: int | None = None) -> None:
-    """隐藏测试调用的入口：答错时抛出 AssertionError(中文说明)。"""
+def run_check(grade_id: str, namespace: dict, seed: int | None = None) -> float | None:
+    """隐藏测试调用的入口：全对时返回 None（nbgrader 给满分）；全错时抛出 AssertionError(中文说明)；
+    部分正确时打印说明、返回得分（单元格最后一个表达式的数值，nbgrader 把它当作部分分）。"""
     if grade_id not in CHECKS:
         raise KeyError(f"未知的 grade_id {grade_id!r}")
     fraction, message = grade(grade_id, namespace, seed)
-    if fraction < 1.0:
+    if fraction >= 1.0:
+        return None
+    if fraction <= 0.0:
         raise AssertionError(f"[{grade_id}] {message}")
+    print(f"[{grade_id}] {message}")
+    return round(CHECKS[grade_id].points * fraction, 4)

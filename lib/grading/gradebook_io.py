@@ -171,7 +171,7 @@ def write_scores(gb, assignment: str, student: str, notebook: str, scores: dict,
         if gid in changed and (grade.manual_score is not None or grade.extra_credit is not None):
             regrade.append(f"{gid}（原来 {grade.manual_score or 0:g} 分）")
             grade.manual_score = grade.extra_credit = None
-            grade.needs_manual_grade = True
+            grade.needs_manual_grade = auto is None  # 改成了空白答案时自动记 0 分，不用再评
         elif grade.manual_score is None:
             grade.needs_manual_grade = auto is None
         if auto is None and grade.manual_score is None:
@@ -179,7 +179,7 @@ def write_scores(gb, assignment: str, student: str, notebook: str, scores: dict,
     if regrade:
         notes.append("答案改过了，原来的人工分已清除，请在 formgrader 里重新评分：" + "、".join(regrade))
     for comment in sn.comments:
-        comment.auto_comment = "No response." if comment.cell.name in unanswered else None
+        comment.auto_comment = "没有作答。" if comment.cell.name in unanswered else None
     gb.db.flush()
     gb.db.expire(sn)
     sn.late_submission_penalty = None
@@ -201,30 +201,54 @@ import functools
 
 @functools.lru_cache(maxsize=1)
 def _exporter():
+    """nbgrader 的反馈模板，换成中文的汇总表和标题（lib/grading/templates/feedback_zh 继承它）。"""
     from nbconvert.exporters import HTMLExporter
     from traitlets.config import Config
     import nbgrader
     base = os.path.join(os.path.dirname(nbgrader.__file__), "server_extensions", "formgrader")
     c = Config()
-    c.HTMLExporter.template_name = "feedback"
-    c.HTMLExporter.extra_template_basedirs = [os.path.join(base, "templates")]
-    c.HTMLExporter.extra_template_paths = [os.path.join(base, "static", "node_modules", "bootstrap", "dist", "css")]
+    c.HTMLExporter.template_name = "feedback_zh"
+    c.HTMLExporter.extra_template_basedirs = [os.path.join(base, "templates"),
+                                              os.path.join(os.path.dirname(__file__), "templates")]
+    # nbgrader 的模板根目录也放进搜索路径：feedback_zh 用 {% extends 'feedback/index.html.j2' %} 继承它
+    c.HTMLExporter.extra_template_paths = [os.path.join(base, "static", "node_modules", "bootstrap", "dist", "css"),
+                                           os.path.join(base, "templates")]
     return HTMLExporter(config=c)
 
 
-def render_feedback(db_url: str, assignment: str, student: str, notebook: str, nb: dict, out: Path) -> None:
-    """nbgrader 的反馈模板（分数从 gradebook 读取，包括 formgrader 里给的人工分）。
-    输入是 autograded 版本：测试单元格来自 release，所以隐藏测试和参考答案根本不在里面。"""
-    import nbformat
+def _get_grades():
+    """nbgrader 的 GetGrades，另外记下每个评分单元格有没有分数（人工评分的单元格还没打分时汇总表写“待评分”）。"""
     from nbgrader.preprocessors import GetGrades
+
+    class Grades(GetGrades):
+        def _get_score(self, cell, resources):
+            super()._get_score(cell, resources)
+            grade = self.gradebook.find_grade(cell.metadata["nbgrader"]["grade_id"], self.notebook_id,
+                                              self.assignment_id, self.student_id)
+            cell.metadata.nbgrader["graded"] = grade.manual_score is not None or grade.auto_score is not None
+
+    return Grades()
+
+
+def render_feedback(db_url: str, assignment: str, student: str, notebook: str, nb: dict, out: Path) -> None:
+    """反馈 HTML：分数从 gradebook 读取（包括 formgrader 里给的人工分），顶部是中文的汇总表（每道题的得分和评分说明）。
+    输入是 autograded 版本：测试单元格来自 release，所以隐藏测试和参考答案根本不在里面；每份都一样的
+    引导单元格、作答说明和自检单元格不放进反馈（lib/grading/report.py）。"""
+    import nbformat
     from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor
+    from . import report
     exporter = _exporter()
-    node = nbformat.reads(json.dumps(nb), as_version=4)
+    shown, removed = report.feedback_notebook(nb)
+    node = nbformat.reads(json.dumps(shown), as_version=4)
     resources = {NBG: {"db_url": db_url, "assignment": assignment, "student": student, "notebook": notebook},
                  "metadata": {"name": notebook}, "inlining": {}}
     from jupyter_core.paths import jupyter_config_dir
     resources["config_dir"] = jupyter_config_dir()
-    node, resources = GetGrades().preprocess(node, resources)
+    node, resources = _get_grades().preprocess(node, resources)
+    resources["feedback_summary"] = {
+        "rows": report.summary_rows(node),
+        "note": (f"下面是你提交的 notebook（省略了 {removed} 个每份都一样的单元格：引导单元格、作答说明、提交前自检）。"
+                 "每个测试单元格后面的【评分】是用评分时的输入检查的结果。")}
     node, resources = CSSHTMLHeaderPreprocessor().preprocess(node, resources)
     html, _ = exporter.from_notebook_node(node, resources=resources)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -2,8 +2,8 @@
 
 并行：N 个线程各自管理一个沙箱子进程（真正的计算都在子进程里）；主线程是 gradebook.db 的唯一写入者，
 每完成一份就写入分数和反馈。断点续跑：每份提交的执行结果按“原始文件的 sha256 + 评分器版本”存进
-.grading/ASSIGNMENT/state/，再次运行时直接复用（不再执行学生代码，种子也不变），重新判分、重写一切，
-所以结果和第一次完全相同。
+.grading/ASSIGNMENT/state/，再次运行时直接复用（不再执行学生代码），重新判分、重写一切，
+所以结果和第一次完全相同。检查用的随机种子是固定的（SEED），分数只取决于提交的文件。
 """
 from __future__ import annotations
 
@@ -27,13 +27,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import collect as collect_mod
-from . import gradebook_io, repair, runner, sandbox
+from . import gradebook_io, repair, report, runner, sandbox
 
 HERE = Path(__file__).resolve().parent
 STATUS_ORDER = ["ok", "repaired", "timeout", "crashed", "suspect", "quarantined", "missing"]
 FAKE_PASS_RE = re.compile(r"(测试通过|全部通过|所有测试|通过了所有|tests? passed|all tests|满分|✓|✔|\bPASS\b)",
                           re.IGNORECASE)
 CSV_FIELDS = ["student_id", "notebook", "score", "max_score", "status", "detail"]
+SEED = 0  # 探针和检查的种子：固定（= exercise_checks.DEFAULT_SEED），同一份文件在谁手里、哪次运行、哪台机器上分数都一样
 
 
 @dataclass
@@ -65,6 +66,7 @@ class Row:
     max_score: float | None
     status: str
     detail: str
+    blank_written: int = 0  # 没作答、自动记 0 分的文字题个数（只用于汇总，不写进 grades.csv）
 
     def as_csv(self):
         fmt = lambda x: "" if x is None else (f"{x:g}")
@@ -99,7 +101,8 @@ def load_checks(module: str):
 
 def grader_version(opts: Options, probes_source: str) -> str:
     parts = [(HERE / "runner.py").read_text(encoding="utf-8"), (HERE / "repair.py").read_text(encoding="utf-8"),
-             probes_source, repr((opts.limits.cell_timeout, opts.limits.memory_mb, opts.limits.max_procs))]
+             probes_source, (HERE.parent / "answer_format.py").read_text(encoding="utf-8"),  # 探针用它记录返回值
+             repr((opts.limits.cell_timeout, opts.limits.memory_mb, opts.limits.max_procs))]
     return _sha("\n".join(parts))[:16]
 
 
@@ -149,9 +152,12 @@ def judge(state: dict, repaired: dict, release: dict, checks: dict, notebook: st
     messages: dict = {}
     notes: list = []
     tamper: list = []
+    blank = report.unanswered_written(repaired, release)
     for gid, (points, auto) in cells.items():
-        if not auto:
-            scores[gid] = None
+        if not auto:  # 人工评分；没作答的文字题和 nbgrader 一样自动记 0 分
+            scores[gid] = 0.0 if gid in blank else None
+            if gid in blank:
+                messages[gid] = (0.0, points, report.BLANK_MESSAGE)
             continue
         chk = checks.get(gid)
         if chk is None:
@@ -193,16 +199,10 @@ def judge(state: dict, repaired: dict, release: dict, checks: dict, notebook: st
         if FAKE_PASS_RE.search(text):
             tamper.append(f"第 {i + 1} 个单元格打印了像“测试通过”的文字")
             break
-    visible_pass_clean_fail = []
-    for i, cell in enumerate(repaired["cells"]):
-        gid = repair._gid(cell)
-        if gid in messages and repair.is_test(cell) and str(i) in ex["outputs"]:
-            errored = any(o.get("output_type") == "error" for o in ex["outputs"][str(i)])
-            if not errored and messages[gid][0] < messages[gid][1]:
-                visible_pass_clean_fail.append(gid)
-    if visible_pass_clean_fail:
-        tamper.append("可见测试通过但干净检查未通过：" + "、".join(visible_pass_clean_fail))
-    return {"scores": scores, "messages": messages, "notes": notes, "tamper": tamper}
+    # 可见测试通过、隐藏的检查没通过是正常情况（隐藏的输入发现了可见测试没发现的错误），不算可疑迹象
+    if blank:
+        notes.append(report.blank_note(blank))
+    return {"scores": scores, "messages": messages, "notes": notes, "tamper": tamper, "blank": sorted(blank)}
 
 
 def autograded_notebook(repaired: dict, ex: dict, messages: dict) -> dict:
@@ -220,6 +220,10 @@ def autograded_notebook(repaired: dict, ex: dict, messages: dict) -> dict:
             score, points, msg = messages[gid]
             cell["outputs"].append({"output_type": "stream", "name": "stdout",
                                     "text": f"【评分】{score:g} / {points:g} 分：{msg}\n"})
+    for cell in nb["cells"]:  # 反馈顶部的汇总表读这里的说明（report.summary_rows）
+        gid = repair._gid(cell)
+        if gid in messages and repair._meta(cell).get("grade"):
+            cell.setdefault("metadata", {})[report.GRADING_KEY] = {"message": messages[gid][2]}
     return nb
 
 
@@ -383,7 +387,7 @@ def run(opts: Options) -> list[Row]:
             except (OSError, json.JSONDecodeError):
                 state = None
         if state is None:
-            seed = secrets.randbelow(2**31 - 1)
+            seed = SEED
             slot = slots.get()
             try:
                 ex = execute_submission(repaired, auto_gids, opts, slot, scratch_base, probes_source, seed,
@@ -469,7 +473,8 @@ def run(opts: Options) -> list[Row]:
                     if bar:
                         bar.update(1)
                     continue
-                rows.append(Row(it.student_id, it.notebook, score, max_score, status, "；".join(detail)))
+                rows.append(Row(it.student_id, it.notebook, score, max_score, status, "；".join(detail),
+                                len(verdict["blank"])))
                 if bar:
                     bar.update(1)
     finally:
@@ -512,6 +517,9 @@ def summary(rows: list[Row], seconds: float, use_bwrap: bool) -> str:
     lines = [f"评分完成：{len(rows)} 行，用时 {seconds:.1f} 秒" + ("" if use_bwrap else "（未使用 bwrap 沙箱）")]
     lines.append("状态：" + "，".join(f"{k} {counts[k]}" for k in sorted(counts, key=lambda k: (
         STATUS_ORDER.index(k) if k in STATUS_ORDER else 99, k))))
+    blank = [r.blank_written for r in rows if r.blank_written]
+    if blank:
+        lines.append(f"没作答的文字题：{sum(blank)} 个（{len(blank)} 份提交），已自动记 0 分，formgrader 里不用再打开。")
     if graded:
         pct = [100 * r.score / r.max_score for r in graded]
         lines.append(f"平均得分率 {sum(pct) / len(pct):.1f}%（{len(graded)} 份已评分）")

@@ -1,0 +1,265 @@
+"""练习答案的格式规则：公开测试、评分时的隐藏检查、提交前自查用的是同一套规则（同一份代码）。
+
+规则：NumPy 能**无损**转换成题目要求的形状和类型的，就接受；其余的用一句中文说明哪里不对。
+
+- **一个数**：int、float、NumPy 标量、torch 标量，以及只有一个元素的数组或张量（手算时写成 1×1 的数组也行）。
+  不接受：None（忘了 return？）、字符串、True/False、虚部不为 0 的复数、多于一个元素的数组。
+- **整数**（计数）：同上，而且值必须是整数：``24576.0`` 可以，``6.5`` 不行。
+- **数组**：list、tuple、NumPy 数组、torch 张量都行，元素是数（整数、浮点、布尔、虚部为 0 的复数）；
+  形状必须是题目要求的形状，只差长度为 1 的维度也接受（要求 (2,) 时给 (2, 1) 可以）。
+- **torch 布尔掩码**：必须是 dtype 为 torch.bool 的张量。NumPy 数组不接受，因为 ``lib.transformer``
+  的注意力只接受 torch 张量（放进模型会出错）；浮点或整数的 0/1 也不接受（很多库把浮点掩码当成加到打分上的数）。
+
+评分时学生的函数在学生自己的内核里运行，``describe`` 把返回值变成纯 JSON 的无损描述；
+判定（``read_*``）在从未运行过学生代码的评分进程里进行。公开测试和自查直接用 ``number``、``array`` 等，
+它们就是 ``read_*(describe(x))``，所以三处的结论和说明文字一字不差。
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import sys
+import warnings
+
+import numpy as np
+
+MAX_VALUES = 200_000  # 更大的数组只记录形状（练习里没有这么大的答案）
+
+
+class FormatError(AssertionError):
+    """答案的格式不对（在公开测试里就是一个失败的断言，说明是中文）。"""
+
+
+# ----------------------------------------------------------------------------
+# 描述：任意 Python 对象 → 纯 JSON 数据（不丢信息）
+# ----------------------------------------------------------------------------
+
+
+def _torch():
+    return sys.modules.get("torch")  # 没导入过 torch，就不可能得到 torch 张量
+
+
+def describe(x, _depth: int = 0) -> dict:
+    """把一个值变成纯 JSON 的描述：类型、dtype、形状、数值（复数另记虚部）。从不抛出异常。"""
+    torch = _torch()
+    d: dict = {"type": type(x).__name__}
+    if x is None:
+        return {"type": "None"}
+    if isinstance(x, str):
+        return {"type": "str", "text": x[:40]}
+    if isinstance(x, (tuple, list)) and _depth == 0:
+        d["len"] = len(x)
+        d["items"] = [describe(e, 1) for e in x[:4]]
+    try:
+        if torch is not None and isinstance(x, torch.Tensor):
+            d["torch_dtype"] = str(x.dtype).replace("torch.", "")
+            x = x.detach().cpu()
+            x = x.numpy() if x.dtype != torch.bfloat16 else x.double().numpy()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            a = np.asarray(x)
+    except Exception:  # noqa: BLE001  转不成数组（长短不一的列表、奇怪的对象）：只记类型
+        return d
+    d.update(kind=a.dtype.kind, dtype=str(a.dtype), shape=list(a.shape))
+    if a.dtype.kind not in "biufc" or a.size > MAX_VALUES:
+        return d
+    if a.dtype.kind == "c":
+        d["values"], d["imag"] = a.real.astype(float).tolist(), a.imag.astype(float).tolist()
+    elif a.dtype.kind == "f":
+        d["values"] = a.astype(float).tolist()
+    else:
+        d["values"] = a.tolist()  # 整数保持精确的整数，布尔保持 True/False
+    return d
+
+
+# ----------------------------------------------------------------------------
+# 判定：描述 → 题目要求的值，或 FormatError（中文说明）
+# ----------------------------------------------------------------------------
+
+
+def _got(desc: dict) -> str:
+    t = desc.get("type")
+    if t == "str":
+        return f"字符串 {desc.get('text', '')!r}"
+    if t == "bool":
+        return f"布尔值 {desc.get('values')}"
+    if "torch_dtype" in desc:
+        return f"torch 张量（{desc['torch_dtype']}，形状 {tuple(desc.get('shape', ()))}）"
+    if "shape" in desc and t in ("ndarray", "list", "tuple") and desc.get("shape"):
+        return f"{'NumPy 数组' if t == 'ndarray' else t}（形状 {tuple(desc['shape'])}）"
+    return t or "未知的对象"
+
+
+def _verb(returned: bool) -> str:
+    return "应返回" if returned else "应是"
+
+
+def _numeric(desc: dict, what: str, want: str, returned: bool) -> np.ndarray:
+    """共同的前几条规则：None、字符串、布尔标量、非数值、复数。返回 float64 数组（可能含 NaN）。"""
+    if not isinstance(desc, dict):
+        raise FormatError(f"{what}：记录的数据格式不对")
+    if desc.get("type") == "None":
+        raise FormatError(f"{what} 返回了 None：忘了写 return？" if returned
+                          else f"{what} 还是 None：先在上面的单元格里填写它")
+    if desc.get("type") == "str":
+        raise FormatError(f"{what} {_verb(returned)}{want}，得到{_got(desc)}：去掉引号，不要用 str() 或 f-string 转换")
+    if desc.get("type") == "bool" or (desc.get("kind") == "b" and want != "数组"):
+        raise FormatError(f"{what} {_verb(returned)}{want}，得到布尔值（True/False）")
+    if desc.get("kind") not in tuple("biufc") or "values" not in desc:
+        raise FormatError(f"{what} {_verb(returned)}{want}，得到{_got(desc)}（不是数值）")
+    try:
+        a = np.array(desc["values"], dtype=float)
+        if desc.get("kind") == "c":
+            imag = np.array(desc["imag"], dtype=float)
+            if imag.shape != a.shape:
+                raise ValueError("虚部的形状不一致")
+            if np.any(imag != 0):
+                raise FormatError(f"{what} {_verb(returned)}{want}（实数），得到虚部不为 0 的复数：取实部（.real）了吗？")
+    except FormatError:
+        raise
+    except (TypeError, ValueError, KeyError):
+        raise FormatError(f"{what}：记录的数值格式不对") from None
+    if list(a.shape) != list(desc.get("shape", [])):
+        raise FormatError(f"{what}：记录的形状和数据不一致")
+    return a
+
+
+def _finite(a: np.ndarray, what: str, hint: str = "") -> None:
+    if not np.all(np.isfinite(a)):
+        raise FormatError(f"{what} 含有 NaN 或无穷大{('：' + hint) if hint else ''}")
+
+
+def read_number(desc: dict, what: str, returned: bool = True, nan_hint: str = "") -> float:
+    a = _numeric(desc, what, "一个数", returned)
+    if a.size != 1:
+        raise FormatError(f"{what} {_verb(returned)}一个数，得到形状 {a.shape} 的数组（{a.size} 个元素）")
+    _finite(a, what, nan_hint)
+    return float(a.reshape(-1)[0])
+
+
+def read_integer(desc: dict, what: str, returned: bool = True) -> int:
+    a = _numeric(desc, what, "整数", returned)
+    if a.size != 1:
+        raise FormatError(f"{what} {_verb(returned)}整数，得到形状 {a.shape} 的数组（{a.size} 个元素）")
+    _finite(a, what)
+    if desc.get("kind") in "iu":  # 整数类型：直接取精确值（不经过浮点）
+        return int(np.array(desc["values"]).reshape(-1)[0])
+    x = float(a.reshape(-1)[0])
+    if x != round(x):
+        raise FormatError(f"{what} {_verb(returned)}整数（个数），得到 {x:g}：用整数除法 // 或检查公式")
+    return int(round(x))
+
+
+def _same_up_to_singletons(got, want) -> bool:
+    return tuple(d for d in got if d != 1) == tuple(d for d in want if d != 1)
+
+
+def read_array(desc: dict, what: str, shape=None, returned: bool = True, nan_hint: str = "") -> np.ndarray:
+    a = _numeric(desc, what, "数组", returned)
+    if shape is not None:
+        shape = tuple(int(s) for s in shape)
+        if a.shape != shape:
+            if not _same_up_to_singletons(a.shape, shape):
+                raise FormatError(f"{what} 的形状应是 {shape}，得到 {a.shape}")
+            a = a.reshape(shape)
+    _finite(a, what, nan_hint)
+    return a
+
+
+def read_torch_bool_mask(desc: dict, what: str, ndim: int | None = None) -> np.ndarray:
+    if not isinstance(desc, dict):
+        raise FormatError(f"{what}：记录的数据格式不对")
+    if desc.get("type") == "None":
+        raise FormatError(f"{what} 返回了 None：忘了写 return？")
+    if "torch_dtype" not in desc:
+        extra = ("：lib.transformer 的注意力只接受 torch 张量。直接对输入的 pad_mask 做索引（它本来就是 torch 张量），"
+                 "或用 torch.from_numpy(...)" if desc.get("type") == "ndarray" else "")
+        raise FormatError(f"{what} 应返回 torch 的布尔张量，得到{_got(desc)}{extra}")
+    if desc["torch_dtype"] != "bool":
+        raise FormatError(f"{what} 应是布尔张量（torch.bool，True = 可以看），得到 torch.{desc['torch_dtype']}："
+                          "浮点或整数的掩码在很多库里表示“加到打分上的数”，不是“能不能看”")
+    if ndim is not None and len(desc.get("shape", [])) != ndim:
+        raise FormatError(f"{what} 应是 {ndim} 维的，得到形状 {tuple(desc.get('shape', []))}")
+    try:
+        m = np.array(desc["values"], dtype=bool)
+    except (KeyError, TypeError, ValueError):
+        raise FormatError(f"{what}：记录的掩码格式不对") from None
+    if list(m.shape) != list(desc["shape"]):
+        raise FormatError(f"{what}：记录的形状和数据不一致")
+    return m
+
+
+def read_pair(desc: dict, what: str) -> tuple[dict, dict]:
+    """函数应返回两个东西（例如 (输出, 权重)）：返回这两个东西各自的描述。"""
+    if not isinstance(desc, dict):
+        raise FormatError(f"{what}：记录的数据格式不对")
+    if desc.get("type") == "None":
+        raise FormatError(f"{what} 返回了 None：忘了写 return？")
+    items = desc.get("items")
+    if desc.get("type") not in ("tuple", "list") or not isinstance(items, list):
+        raise FormatError(f"{what} 应返回 (输出, 权重) 两个数组，得到{_got(desc)}")
+    if desc.get("len") != 2:
+        raise FormatError(f"{what} 应返回 (输出, 权重) 两个数组，得到 {desc.get('len')} 个")
+    return items[0], items[1]
+
+
+# ----------------------------------------------------------------------------
+# 公开测试和自查用：直接检查一个值
+# ----------------------------------------------------------------------------
+
+
+def number(x, what: str, returned: bool = True, nan_hint: str = "") -> float:
+    """x 是不是一个数？是就返回 float，否则 FormatError（中文说明）。"""
+    return read_number(describe(x), what, returned, nan_hint)
+
+
+def integer(x, what: str, returned: bool = True) -> int:
+    return read_integer(describe(x), what, returned)
+
+
+def array(x, what: str, shape=None, returned: bool = True, nan_hint: str = "") -> np.ndarray:
+    """x 能不能无损地变成形状 shape 的浮点数组？返回 float64 的 np.ndarray。"""
+    return read_array(describe(x), what, shape, returned, nan_hint)
+
+
+def torch_bool_mask(x, what: str, ndim: int | None = None):
+    """x 是不是 torch 的布尔张量（维数 ndim）？原样返回 x。"""
+    read_torch_bool_mask(describe(x), what, ndim)
+    return x
+
+
+def pair(x, what: str) -> tuple:
+    """x 是不是两个东西的 tuple/list（例如 self_attention 的 (输出, 权重)）？原样返回这两个东西。"""
+    read_pair(describe(x), what)
+    return x[0], x[1]
+
+
+@contextlib.contextmanager
+def silenced():
+    """不显示学生代码的 print、警告和日志（nbgrader 把测试单元格里的 stderr 输出当成失败）。"""
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(warnings.catch_warnings())
+        warnings.simplefilter("ignore")
+        stack.enter_context(contextlib.redirect_stdout(io.StringIO()))
+        stack.enter_context(contextlib.redirect_stderr(io.StringIO()))
+        previous = logging.root.manager.disable
+        logging.disable(logging.CRITICAL)
+        stack.callback(logging.disable, previous)
+        yield
+
+
+def call(fn, *args, what: str | None = None, **kwargs):
+    """在测试单元格里调用你的函数：不显示它的 print、警告和日志；它出错时用中文说明是哪一次调用出的错。
+
+    NotImplementedError（还没作答）照原样抛出。"""
+    name = what or f"{getattr(fn, '__name__', '你的函数')}(...)"
+    if not callable(fn):
+        raise FormatError(f"{name}：这个名字不是函数，得到 {type(fn).__name__}")
+    try:
+        with silenced():
+            return fn(*args, **kwargs)
+    except NotImplementedError:
+        raise
+    except Exception as err:  # noqa: BLE001  学生代码的任何错误：加上是哪一次调用
+        raise AssertionError(f"调用 {name} 时你的函数出错了：{type(err).__name__}: {err}") from err
