@@ -22,7 +22,6 @@
 from __future__ import annotations
 
 import argparse
-import csv
 import os
 import subprocess
 import sys
@@ -129,8 +128,7 @@ def main() -> int:
         if proc.returncode:
             print(f"评分命令失败（退出码 {proc.returncode}）")
             return 1
-        with open(course / "grades.csv", encoding="utf-8-sig", newline="") as f:
-            rows = list(csv.DictReader(f))
+        rows = gf.read_grades(course)
         bad = robustness_table(fixtures, rows) if fixtures else 0
         if args.suite != "robustness":
             bad += fairness_table(course)

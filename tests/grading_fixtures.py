@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import copy
+import csv
 import json
 import re
 import subprocess
@@ -376,6 +377,13 @@ def expected_score(fx: dict, use_bwrap: bool):
     if s == "sandbox":  # 读参考答案：有沙箱时读不到（0 分），没有沙箱时读到了（满分，但一定标记可疑）
         return 0.0 if use_bwrap else fx["full"]
     return s
+
+
+
+def read_grades(course: Path) -> list[dict]:
+    """课程根目录下 grades.csv 的全部行（文件带 BOM，给中文 Windows 上的 Excel）。"""
+    with open(Path(course) / "grades.csv", encoding="utf-8-sig", newline="") as f:
+        return list(csv.DictReader(f))
 
 
 def rows_for(fx: dict, rows: list[dict]) -> list[dict]:

@@ -13,7 +13,6 @@
 """
 from __future__ import annotations
 
-import csv
 import json
 import os
 import re
@@ -694,8 +693,7 @@ def results(course: Path) -> dict:
     "visible": {grade_id: 公开测试的报错}, "hidden": {grade_id: 评分说明}, "selfcheck": 自检单元格的输出}}。"""
     from nbgrader.api import Gradebook
 
-    with open(course / "grades.csv", encoding="utf-8", newline="") as f:
-        rows = {r["student_id"]: r for r in csv.DictReader(f)}
+    rows = {r["student_id"]: r for r in gf.read_grades(course)}
     out = {}
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
         for sid, (notebook, _) in SUBMISSIONS.items():

@@ -8,7 +8,6 @@
 """
 from __future__ import annotations
 
-import csv
 import hashlib
 import io
 import json
@@ -33,11 +32,6 @@ BWRAP, BWRAP_MSG = sandbox.bwrap_status()
 def _snapshot(folder: Path) -> dict:
     return {p: (p.stat().st_mtime_ns, hashlib.sha256(p.read_bytes()).hexdigest())
             for p in sorted(folder.rglob("*")) if p.is_file()}
-
-
-def _read_csv(path: Path) -> list[dict]:
-    with open(path, encoding="utf-8-sig", newline="") as f:  # grades.csv 带 BOM（给中文 Windows 上的 Excel）
-        return list(csv.DictReader(f))
 
 
 # ============================================================================ 小课程：全部 fixture
@@ -65,7 +59,7 @@ def tiny_run(tmp_path_factory):
     finally:
         os.chdir(cwd)
     return {"course": course, "subs": subs, "fixtures": fixtures, "rows": rows, "before": before, "opts": opts,
-            "csv": _read_csv(course / "grades.csv"), "release": release}
+            "csv": gf.read_grades(course), "release": release}
 
 
 @pytest.mark.slow
@@ -143,7 +137,7 @@ def test_tiny_gradebook_and_manual_grades(tiny_run):
         os.chdir(cwd)
         sandbox.execute = orig
     assert calls == []  # 续跑：不重新执行
-    rows = _read_csv(course / "grades.csv")
+    rows = gf.read_grades(course)
     row = next(r for r in rows if r["student_id"] == "s01_correct")
     assert float(row["score"]) == pytest.approx(5.5)
     # 除了这一行，其余完全相同（幂等）
@@ -179,7 +173,7 @@ def test_tiny_without_bwrap_degrades_but_never_scores_silently(tiny_run, tmp_pat
         pipeline.run(opts)
     finally:
         os.chdir(cwd)
-    rows = {r["student_id"]: r for r in _read_csv(course / "grades.csv")}
+    rows = {r["student_id"]: r for r in gf.read_grades(course)}
     assert rows["s01_correct"]["status"] == "ok" and float(rows["s01_correct"]["score"]) == 4.0
     assert "suspect" in gf.statuses(rows["s05_patch_numpy"]) and float(rows["s05_patch_numpy"]["score"]) == 0.0
     assert "suspect" in gf.statuses(rows["s10_read_solutions"])
@@ -228,7 +222,7 @@ def real_run(tmp_path_factory):
         rows = pipeline.run(opts)
     finally:
         os.chdir(cwd)
-    return {"course": course, "fixtures": fixtures, "rows": rows, "csv": _read_csv(course / "grades.csv"),
+    return {"course": course, "fixtures": fixtures, "rows": rows, "csv": gf.read_grades(course),
             "subs": subs, "before": before, "root": root}
 
 
@@ -412,5 +406,5 @@ def test_grading_demo_matches_every_fixture_on_a_real_notebook(tmp_path):
                        capture_output=True, text=True, cwd=REPO, timeout=600)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     assert "25 / 25 份符合期望" in p.stdout
-    assert len(_read_csv(tmp_path / "demo" / "course" / "grades.csv")) == 25
+    assert len(gf.read_grades(tmp_path / "demo" / "course")) == 25
     assert sorted(p.name for p in REPO.iterdir()) == before  # 没在仓库里留下 gradebook.db、grades.csv……

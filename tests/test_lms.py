@@ -438,7 +438,7 @@ def test_round_trip_canvas(course, tmp_path, capsys):
     assert "重用上次 grade 导入的 2 份" in capsys.readouterr().err
     assert grade_of(course, str(S0.canvas_id)) == (4.0, False)               # formgrader 的标记没被重置
     assert float(grades(course)[(str(S0.canvas_id), NB)]["score"]) == full + 4
-    assert "Score: 4.0 / 4.0" in (course / "feedback" / str(S0.canvas_id) / "exercises" / f"{NB}.html").read_text(encoding="utf-8")
+    assert "得分：4.0 / 4.0" in (course / "feedback" / str(S0.canvas_id) / "exercises" / f"{NB}.html").read_text(encoding="utf-8")
     tpl = lx.canvas_gradebook(tmp_path / "2024-03-05T1200_Grades-CS224N.csv", points=100)
     out = tmp_path / "upload.csv"
     fb = tmp_path / "feedback.zip"

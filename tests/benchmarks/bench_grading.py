@@ -59,7 +59,7 @@ def submissions(course: Path, notebook: str, n: int) -> list[tuple[str, str, byt
 def check_ours(course: Path, subs, label: str) -> None:
     """确认每一份都真的评了、分数对：不然计时没有意义。"""
     import csv
-    rows = {(r["student_id"], r["notebook"]): r for r in csv.DictReader(open(course / "grades.csv", encoding="utf-8-sig"))}
+    rows = {(r["student_id"], r["notebook"]): r for r in gf.read_grades(course)}
     bad = [(sid, nb, rows.get((sid, nb), {}).get("score"), want, rows.get((sid, nb), {}).get("status"))
            for sid, nb, _, want in subs
            if (sid, nb) not in rows or float(rows[(sid, nb)]["score"] or -1) != want
