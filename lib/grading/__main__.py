@@ -33,6 +33,8 @@ def main(argv=None) -> int:
     g.add_argument("--roster", type=Path, help="学生名单（每行一个学生编号，或 CSV 的第一列）")
     g.add_argument("--no-sandbox", action="store_true", help="不使用 bubblewrap（不推荐）")
     g.add_argument("--no-feedback", action="store_true", help="不生成反馈 HTML")
+    g.add_argument("--no-fork-server", action="store_true",
+                   help="每份提交启动全新的 Python 再导入库（慢几倍；用来核对加速前后分数相同）")
     g.add_argument("--quiet", action="store_true", help="不显示进度条和汇总")
     g.add_argument("--checks-module", default="lib.grading.exercise_checks",
                    help="提供 CHECKS 的模块（别的课程复用本流水线时才需要改）")
@@ -64,6 +66,7 @@ def main(argv=None) -> int:
     opts = pipeline.Options(assignment=args.assignment, submissions=args.submissions, jobs=args.jobs,
                             limits=limits, name_regex=args.name_regex, roster=args.roster,
                             use_bwrap=False if args.no_sandbox else None, feedback=not args.no_feedback,
+                            fork_server=not args.no_fork_server,
                             quiet=args.quiet, checks_module=args.checks_module,
                             probes_file=args.probes_file)
     try:
