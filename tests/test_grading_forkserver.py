@@ -1,5 +1,5 @@
-"""评分加速的测试：模板进程（sandbox.ForkServer）fork 出来的内核和全新内核一样隔离、给出一样的分数。
-都要执行 notebook，标记 slow。"""
+"""评分加速的测试：模板进程（sandbox.ForkServer）fork 出来的内核和全新内核一样隔离、给出一样的分数；
+没有改动的重跑不重新渲染反馈，人工分改了的那份会重新渲染。都要执行 notebook，标记 slow。"""
 from __future__ import annotations
 
 import csv
@@ -127,9 +127,14 @@ def _grade(course: Path, subs: Path, fork_server: bool) -> list[dict]:
         return list(csv.DictReader(f))
 
 
-def test_same_grades_with_and_without_fork_server(tmp_path):
+def _feedback(course: Path) -> dict:
+    return {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in (course / "feedback").rglob("*.html")}
+
+
+def test_same_grades_with_and_without_fork_server_and_feedback_reuse(tmp_path):
     """同一批提交（正确、空白、部分答错、各种作弊、崩溃，numpy 和 torch 的 notebook）：模板 fork 的内核和
-    全新内核给出的 grades.csv 完全相同。"""
+    全新内核给出的 grades.csv 完全相同。然后：没有改动的重跑不重新执行、不重新渲染任何反馈；
+    改了一个人工分，只有那一份反馈重新渲染，并且显示新的分数。"""
     fast = gf.copy_course(REPO, tmp_path / "fast")
     kinds = {"01_attention_by_hand": ["s01", "s02", "s03", "s04", "s05", "s06", "s08", "s09", "s10", "s16", "s17"],
              "05_masks_and_kv_cache": ["s01", "s02", "s07"]}
@@ -147,3 +152,22 @@ def test_same_grades_with_and_without_fork_server(tmp_path):
     assert len(rows) == sum(map(len, kinds.values()))
     assert rows == _grade(slow, subs, fork_server=False)
 
+    before = _feedback(fast)
+    assert len(before) == len(rows)
+    calls = []
+    orig = sandbox.execute
+    sandbox.execute = lambda *a, **k: calls.append(1) or orig(*a, **k)
+    try:
+        assert _grade(fast, subs, fork_server=True) == rows
+        assert calls == [] and _feedback(fast) == before
+        from nbgrader.api import Gradebook
+        with Gradebook("sqlite:///" + str(fast / "gradebook.db")) as gb:
+            gb.find_grade("ex8_answer", "05_masks_and_kv_cache", "exercises", "s01_correct").manual_score = 3.5
+            gb.db.commit()
+        _grade(fast, subs, fork_server=True)
+    finally:
+        sandbox.execute = orig
+    after = _feedback(fast)
+    changed = [p for p in before if after[p] != before[p]]
+    assert [(p.parts[-3], p.stem) for p in changed] == [("s01_correct", "05_masks_and_kv_cache")]
+    assert "3.5" in changed[0].read_text(encoding="utf-8")

@@ -453,7 +453,7 @@ def run(opts: Options) -> list[Row]:
                     if pending:
                         detail.append(f"{pending} 个单元格待人工评分（formgrader）")
                     if opts.feedback:
-                        gradebook_io.render_feedback(db_url, opts.assignment, it.student_id, it.notebook, agnb,
+                        gradebook_io.render_feedback(gb, db_url, opts.assignment, it.student_id, it.notebook, agnb,
                                                      course / "feedback" / it.student_id / opts.assignment
                                                      / f"{it.notebook}.html")
                 except Exception as e:
