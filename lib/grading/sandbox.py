@@ -249,7 +249,7 @@ class ForkServer:
 
 
 # 模板 fork 的内核要加入的沙箱里先运行的占位进程：它说一声 ready（这时 bwrap 已经建好整个沙箱），然后等到
-# 评分进程关闭它的标准输入才退出；它一退出，沙箱的 pid 命名空间就结束，里面剩下的进程全部被内核杀掉。
+# 评分进程关闭它的标准输入才退出；它一退出，沙箱的 pid 命名空间就结束，里面剩下的进程全部被操作系统杀掉。
 HOLDER = "import os, sys; os.write(1, b'ready'); sys.stdin.buffer.read()"
 
 
