@@ -57,7 +57,7 @@ stamp-badges: setup
 
 bench: setup
 	$(PY) tests/benchmarks/bench_mini_gpt.py --full
-	$(PY) tests/benchmarks/bench_grading.py --n 40
+	$(PY) tests/benchmarks/bench_grading.py
 
 # 助教：先在临时课程里看流水线怎样处理 25 种提交（作弊、死循环、崩溃、丢失元数据……），不碰 gradebook.db
 grade-demo: setup

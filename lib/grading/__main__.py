@@ -44,6 +44,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--max-procs", type=int, default=sandbox.Limits.max_procs, help="每份提交的进程/线程数上限")
     g.add_argument("--no-sandbox", action="store_true", help="不使用 bubblewrap（不推荐）")
     g.add_argument("--no-feedback", action="store_true", help="不生成反馈 HTML")
+    g.add_argument("--no-fork-server", action="store_true",
+                   help="每份提交启动全新的 Python 再导入库（慢几倍；用来核对加速前后分数相同）")
     g.add_argument("--quiet", action="store_true", help="不显示进度条和汇总")
     g.add_argument("--checks-module", default="lib.grading.exercise_checks",
                    help="提供 CHECKS 的模块（别的课程复用本流水线时才需要改）")
@@ -94,7 +96,8 @@ def run(args, ap) -> int:
                                 limits=limits, name_regex=args.name_regex, roster=args.roster,
                                 roster_id_column=args.roster_id_column, lms=args.lms, due=args.due,
                                 use_bwrap=False if args.no_sandbox else None, feedback=not args.no_feedback,
-                                quiet=args.quiet, checks_module=args.checks_module, probes_file=args.probes_file)
+                                fork_server=not args.no_fork_server, quiet=args.quiet,
+                                checks_module=args.checks_module, probes_file=args.probes_file)
         rows = pipeline.run(opts)
     if not any(r.score is not None and r.status != "missing" for r in rows):
         print("错误：没有一份提交能评分（全部进了隔离区或没有提交）。grades.csv 的 detail 列写了每个文件的原因；"

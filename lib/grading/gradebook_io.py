@@ -1,6 +1,7 @@
 """nbgrader 的 gradebook 和反馈：只有主进程写数据库（单一写入者），formgrader 照常用于人工评分。"""
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from dataclasses import dataclass
@@ -216,6 +217,38 @@ def _exporter():
     return HTMLExporter(config=c)
 
 
+FEEDBACK_KEY_MARK = "<!-- lib.grading feedback input sha256: "
+
+
+def _feedback_key(gb, assignment: str, student: str, notebook: str, nb: dict) -> str:
+    """反馈 HTML 的全部输入：autograded notebook、GetGrades 从 gradebook 读进反馈的一切（每格的分数、满分、
+    评语，总分、满分和迟交扣分），以及渲染它的库的版本。输入相同，渲染出的 HTML 就相同。"""
+    import nbconvert
+    import nbgrader
+    import pygments
+    here = Path(__file__).resolve().parent  # 我们自己的模板和汇总表代码也是输入
+    ours = [(here / "report.py").read_text(encoding="utf-8")]
+    ours += [f.read_text(encoding="utf-8") for f in sorted((here / "templates").rglob("*")) if f.is_file()]
+    sn = gb.find_submission_notebook(notebook, assignment, student)
+    grades = sorted((g.name, g.score, g.max_score) for g in sn.grades)
+    comments = sorted((c.name, c.comment or "") for c in sn.comments)
+    text = json.dumps([nb, grades, comments, sn.score, sn.max_score, sn.late_submission_penalty, student, notebook,
+                       nbconvert.__version__, nbgrader.__version__, pygments.__version__, ours],
+                      sort_keys=True, ensure_ascii=False, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _stored_key(path: Path) -> str | None:
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - 200))
+            tail = f.read().decode("utf-8", errors="replace")
+    except OSError:
+        return None
+    i = tail.rfind(FEEDBACK_KEY_MARK)
+    return tail[i + len(FEEDBACK_KEY_MARK):].split(" ", 1)[0] if i >= 0 else None
+
+
 def _get_grades():
     """nbgrader 的 GetGrades，另外记下每个评分单元格有没有分数（人工评分的单元格还没打分时汇总表写“待评分”）。"""
     from nbgrader.preprocessors import GetGrades
@@ -230,10 +263,15 @@ def _get_grades():
     return Grades()
 
 
-def render_feedback(db_url: str, assignment: str, student: str, notebook: str, nb: dict, out: Path) -> None:
+def render_feedback(gb, db_url: str, assignment: str, student: str, notebook: str, nb: dict, out: Path) -> bool:
     """反馈 HTML：分数从 gradebook 读取（包括 formgrader 里给的人工分），顶部是中文的汇总表（每道题的得分和评分说明）。
     输入是 autograded 版本：测试单元格来自 release，所以隐藏测试和参考答案根本不在里面；每份都一样的
-    引导单元格、作答说明和自检单元格不放进反馈（lib/grading/report.py）。"""
+    引导单元格、作答说明和自检单元格不放进反馈（lib/grading/report.py）。
+    输入（见 _feedback_key，用已经打开的 gb 读分数）和上次写这个文件时完全相同就不重新渲染：渲染占没有改动的
+    重跑的大部分时间。返回是否重新写了文件。"""
+    key = _feedback_key(gb, assignment, student, notebook, nb)
+    if _stored_key(out) == key:
+        return False
     import nbformat
     from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor
     from . import report
@@ -253,5 +291,6 @@ def render_feedback(db_url: str, assignment: str, student: str, notebook: str, n
     html, _ = exporter.from_notebook_node(node, resources=resources)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(".tmp")
-    tmp.write_text(html, encoding="utf-8")
+    tmp.write_text(f"{html}\n{FEEDBACK_KEY_MARK}{key} -->\n", encoding="utf-8")
     tmp.replace(out)
+    return True

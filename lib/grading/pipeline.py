@@ -53,6 +53,7 @@ class Options:
     checks_module: str = "lib.grading.exercise_checks"
     probes_file: Path = HERE / "probes.py"
     use_bwrap: bool | None = None      # None = 自动
+    fork_server: bool = True           # 内核从预先导入库的模板 fork（sandbox.ForkServer）；False：全新 Python
     feedback: bool = True
     progress: bool = True
     quiet: bool = False
@@ -100,14 +101,15 @@ def load_checks(module: str):
 
 
 def grader_version(opts: Options, probes_source: str) -> str:
-    parts = [(HERE / "runner.py").read_text(encoding="utf-8"), (HERE / "repair.py").read_text(encoding="utf-8"),
-             probes_source, (HERE.parent / "answer_format.py").read_text(encoding="utf-8"),  # 探针用它记录返回值
-             repr((opts.limits.cell_timeout, opts.limits.memory_mb, opts.limits.max_procs))]
+    parts = [(HERE / name).read_text(encoding="utf-8") for name in ("runner.py", "repair.py", "sandbox.py")]
+    parts += [(HERE.parent / "answer_format.py").read_text(encoding="utf-8"),  # 探针用它记录返回值
+              probes_source, repr((opts.limits.cell_timeout, opts.limits.memory_mb, opts.limits.max_procs))]
     return _sha("\n".join(parts))[:16]
 
 
 def execute_submission(nb: dict, auto_gids: list, opts: Options, slot: int, scratch_base: Path,
-                       probes_source: str, seed: int, use_bwrap: bool, hide: list) -> dict:
+                       probes_source: str, seed: int, use_bwrap: bool, hide: list,
+                       forkserver: sandbox.ForkServer | None = None) -> dict:
     """执行（必要时跳过让内核崩溃/卡死的单元格再试，最多 3 次）。返回可存盘的 dict。"""
     skip: list[int] = []
     notes: list[str] = []
@@ -120,7 +122,8 @@ def execute_submission(nb: dict, auto_gids: list, opts: Options, slot: int, scra
         control = {"nonce": secrets.token_hex(16), "seed": seed, "probes_source": probes_source,
                    "grade_ids": auto_gids, "probe_timeout": opts.limits.cell_timeout}
         res = sandbox.execute(run_nb, course_root=opts.course_root, scratch_base=scratch_base, hide=hide,
-                              limits=opts.limits, slot=slot, control=control, use_bwrap=use_bwrap)
+                              limits=opts.limits, slot=slot, control=control, use_bwrap=use_bwrap,
+                              forkserver=forkserver)
         failed = res.crashed or res.killed_for_timeout
         ever_timeout |= res.killed_for_timeout
         ever_crash |= res.crashed
@@ -263,7 +266,8 @@ def status_of(repair_notes: list, ex: dict, verdict: dict) -> tuple[str, list]:
 
 
 def estimated_seconds(nb: dict) -> float:
-    """粗略估计执行一份提交要几秒（这台 2 核机器上量的：导入 torch 约 1.4 秒，其余约 0.3 秒）。"""
+    """粗略估计执行一份提交要几秒（这台 2 核机器上量的：全新内核导入 torch 约 1.4 秒，其余约 0.3 秒）。
+    模板 fork 的内核（sandbox.ForkServer）不用导入，这个顺序只影响最后一两份。"""
     try:
         code = "\n".join(repair._src(c) for c in nb.get("cells", []) if c.get("cell_type") == "code")
         return 0.3 + (1.4 if runner.imports_torch(code) else 0.0)
@@ -371,6 +375,7 @@ def run(opts: Options) -> list[Row]:
     slots: queue.Queue = queue.Queue()
     for s in range(max(1, opts.jobs)):
         slots.put(s)
+    forkserver = sandbox.ForkServer(scratch_base / "templates") if use_bwrap and opts.fork_server else None
 
     def work(it):
         rel = release[it.notebook]
@@ -391,7 +396,7 @@ def run(opts: Options) -> list[Row]:
             slot = slots.get()
             try:
                 ex = execute_submission(repaired, auto_gids, opts, slot, scratch_base, probes_source, seed,
-                                        use_bwrap, hide)
+                                        use_bwrap, hide, forkserver)
             finally:
                 slots.put(slot)
             state = {"sha": it.sha, "version": version, "seed": seed, "exec": ex, "src": it.src}
@@ -460,7 +465,7 @@ def run(opts: Options) -> list[Row]:
                     if pending:
                         detail.append(f"{pending} 个单元格待人工评分（formgrader）")
                     if opts.feedback:
-                        gradebook_io.render_feedback(db_url, opts.assignment, it.student_id, it.notebook, agnb,
+                        gradebook_io.render_feedback(gb, db_url, opts.assignment, it.student_id, it.notebook, agnb,
                                                      course / "feedback" / it.student_id / opts.assignment
                                                      / f"{it.notebook}.html")
                 except Exception as e:
@@ -484,6 +489,8 @@ def run(opts: Options) -> list[Row]:
             gb.db.commit()
         finally:
             gb.close()
+        if forkserver is not None:
+            forkserver.close()
         shutil.rmtree(scratch_base, ignore_errors=True)
     if roster is not None:
         have = {(r.student_id, r.notebook) for r in rows if r.status != "quarantined"}

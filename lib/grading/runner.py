@@ -1,6 +1,8 @@
 """在沙箱里执行一份学生 notebook 的脚本（评分进程把它的源码复制进沙箱再运行）。
 
 这个文件只依赖标准库和 IPython，不导入 lib/ 的任何东西：它运行的地方看不到课程目录。
+有 bwrap 时它通常不是这样启动的，而是作为模板进程（文件末尾的 serve_template）：先导入库，再为每份提交
+fork 出一个内核、放进那份提交的沙箱，在那里运行同一个 main()。两种方式对学生代码来说没有区别。
 
 协议（评分进程 <-> 本脚本）：
 - 参数：notebook 路径（沙箱内）、每个单元格的超时秒数、子进程数上限、要切换到的 uid/gid（-1 表示不切换）、
@@ -26,6 +28,7 @@ import time
 import traceback
 
 CHANNEL_FD = 3
+_THIS_FILE = os.path.abspath(__file__)  # 学生看到的 traceback 里去掉本脚本的帧
 SANDBOX_WORKDIR = "/tmp/submission"  # 沙箱里这份提交的工作目录（sandbox.py 用同一个常量挂载）
 _write = os.write
 _exit_now = os._exit
@@ -223,8 +226,7 @@ def _error_output(exc, timed_out=False):
                 "traceback": [text]}
     try:
         tb = traceback.format_exception(type(exc), exc, exc.__traceback__)
-        tb = [line for line in tb if "grading/runner.py" not in line and "_grader_runner.py" not in line
-              and "IPython/core" not in line]
+        tb = [line for line in tb if _THIS_FILE not in line and "IPython/core" not in line]
     except Exception:
         tb = [repr(exc)]
     return {"output_type": "error", "ename": type(exc).__name__, "evalue": str(exc)[:2000],
@@ -242,9 +244,30 @@ def imports_torch(source):
                           import_lines))
 
 
-def main():
+def needs_torch(cells):
+    """执行这些单元格之前要不要先导入 torch（见 imports_torch；markdown 单元格也算进去，宁可多导入）。"""
+    return imports_torch("\n".join("".join(c["source"]) if isinstance(c.get("source"), list)
+                                   else (c.get("source") or "") for c in cells))
+
+
+def preload(with_torch):
+    """学生代码之前导入的模块。全新内核在 main() 里导入它们；模板进程（见 serve_template）在任何学生代码
+    之前导入一次，之后 fork 出来的每个内核都已经有了，main() 里再调用时什么也不做。
+    先导入常用的数值库，这样学生在第一个单元格里替换 np.allclose 也能被发现；用到 torch（或导入 lib.transformer，
+    它会导入 torch）时也先导入：导入时间不算进单元格的超时。"""
+    import IPython.core.interactiveshell  # noqa: F401
+    import IPython.utils.capture  # noqa: F401
+    import numpy  # noqa: F401
+    import numpy.testing  # noqa: F401
+    import math  # noqa: F401
+    if with_torch:
+        import torch  # noqa: F401
+        import torch.testing  # noqa: F401
+
+
+def main(argv):
     global CHANNEL_FD
-    nb_path, cell_timeout, max_procs, uid, gid, course_root, fd, mem_mb, nproc, file_mb = sys.argv[1:11]
+    nb_path, cell_timeout, max_procs, uid, gid, course_root, fd, mem_mb, nproc, file_mb = argv
     CHANNEL_FD = int(fd)
     import resource
     mem = int(mem_mb) * 1024 * 1024
@@ -273,6 +296,7 @@ def main():
         nb = json.load(f)
     cells = nb["cells"]
 
+    preload(needs_torch(cells))
     from IPython.core.interactiveshell import InteractiveShell
     from IPython.utils.capture import capture_output
     shell = InteractiveShell.instance()
@@ -281,17 +305,6 @@ def main():
     shell.displayhook.write_output_prompt = lambda *a, **k: None
     shell.displayhook.write_format_data = lambda *a, **k: None
     shell.user_ns["__name__"] = "__main__"
-
-    # 先导入常用的数值库，这样学生在第一个单元格里替换 np.allclose 也能被发现
-    import numpy  # noqa: F401
-    import numpy.testing  # noqa: F401
-    import math  # noqa: F401
-    all_src = "\n".join("".join(c["source"]) if isinstance(c.get("source"), list) else (c.get("source") or "")
-                        for c in cells)
-    # 用到 torch（或导入 lib.transformer，它会导入 torch）时先导入：导入时间不算进单元格的超时
-    if imports_torch(all_src):
-        import torch  # noqa: F401
-        import torch.testing  # noqa: F401
     watchdog = Watchdog()
     watchdog.start()
     os.register_at_fork(after_in_child=_after_fork_in_child)
@@ -413,7 +426,162 @@ def main():
     send({"ev": "done", "nonce": ctl["nonce"]})
 
 
+# ---------------------------------------------------------------- 模板进程（fork server）
+# 评分进程为两种预加载（只有 numpy；另加 torch）各启动一个模板进程：`python -u runner.py --template KIND FD`。
+# 它在任何学生代码之前导入 preload() 的模块，然后只做一件事：从 socket FD 收到请求就 fork。fork 出来的
+# 中间进程加入评分进程刚为这份提交建好的 bwrap 沙箱的全部命名空间（见 sandbox.execute），再 fork 一次：
+# 这个孙进程在沙箱的 pid 命名空间里，丢掉全部特权，像全新内核一样运行 main()。模板进程从不运行学生代码，
+# 也从不进入沙箱；每个 fork 出来的内核只评一份提交，和它的沙箱一起结束。
+_CLONE_NEWUSER = 0x10000000
+_NAMESPACES = {"cgroup": 0x02000000, "ipc": 0x08000000, "uts": 0x04000000, "net": 0x40000000,
+               "pid": 0x20000000, "mnt": 0x00020000}  # 挂载命名空间最后加入：之后的路径都在沙箱里解析
+_NS_GET_USERNS, _NS_GET_PARENT = 0xB701, 0xB702  # ioctl_ns(2)
+_PR_CAPBSET_DROP, _PR_SET_NO_NEW_PRIVS = 24, 38
+_CAP_VERSION_3 = 0x20080522
+
+
+def _libc():
+    import ctypes
+    return ctypes, ctypes.CDLL(None, use_errno=True)
+
+
+def _join_sandbox(pid, namespaces):
+    """加入进程 pid（沙箱的 init）的命名空间。namespaces 是 bwrap --info-fd 报告的 {名字: inode}：逐个核对，
+    所以 pid 万一已经换成了别的进程，这里会拒绝，而不是加入错误的命名空间。
+    非 root 评分时 bwrap 建两层 user 命名空间：外层拥有挂载、pid 等命名空间，内层给沙箱里的进程。
+    所以由外向内加入 user 命名空间，进到拥有其他命名空间的那一层时加入它们。"""
+    import fcntl
+    ctypes, libc = _libc()
+
+    def setns(fd, kind):
+        if libc.setns(fd, kind) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"setns({kind:#x}): {os.strerror(err)}")
+        os.close(fd)
+
+    others = {}
+    for name, kind in _NAMESPACES.items():
+        fd = os.open(f"/proc/{pid}/ns/{name}", os.O_RDONLY)
+        ino = os.fstat(fd).st_ino
+        if name == "cgroup" and ino == os.stat("/proc/self/ns/cgroup").st_ino:
+            os.close(fd)  # --unshare-cgroup-try 没能新建 cgroup 命名空间
+            continue
+        if ino != namespaces.get(f"{name}-namespace"):
+            raise RuntimeError(f"{name} 命名空间和 bwrap 报告的不同：进程 {pid} 不是这份提交的沙箱")
+        others[name] = (fd, kind)
+    owner_fd = fcntl.ioctl(others["mnt"][0], _NS_GET_USERNS)
+    owner = os.fstat(owner_fd).st_ino  # 拥有这些命名空间的 user 命名空间
+    os.close(owner_fd)
+    own_user = os.stat("/proc/self/ns/user").st_ino
+    users = []  # 沙箱进程的 user 命名空间，一层层往外，直到（不含）我们自己的
+    fd = os.open(f"/proc/{pid}/ns/user", os.O_RDONLY)
+    while os.fstat(fd).st_ino != own_user:
+        users.append(fd)
+        fd = fcntl.ioctl(fd, _NS_GET_PARENT)  # 不是我们的后代时这里抛出 PermissionError
+    os.close(fd)
+    users.reverse()  # 由外向内
+    if owner != own_user and owner not in [os.fstat(u).st_ino for u in users]:
+        raise RuntimeError("沙箱的命名空间不属于它的 user 命名空间链")
+    if owner == own_user:  # root 评分：命名空间属于我们自己的 user 命名空间
+        for fd, kind in others.values():
+            setns(fd, kind)
+    for fd in users:
+        ino = os.fstat(fd).st_ino
+        setns(fd, _CLONE_NEWUSER)
+        if ino == owner:
+            for ofd, kind in others.values():
+                setns(ofd, kind)
+
+
+def _drop_privileges(switch_uid):
+    """和 bwrap 对它启动的进程做的一样：清空 capability 边界集、设置 no_new_privs；不切换 uid 时（非 root 评分，
+    或 bwrap 不能切换 uid）清空全部 capability。切换 uid 时（main() 里 setuid）capability 随之清空。"""
+    ctypes, libc = _libc()
+    with open("/proc/sys/kernel/cap_last_cap") as f:
+        last_cap = int(f.read())
+    for cap in range(last_cap + 1):
+        if libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "PR_CAPBSET_DROP")
+    if not switch_uid:
+        header = (ctypes.c_uint32 * 2)(_CAP_VERSION_3, 0)
+        data = (ctypes.c_uint32 * 6)()  # 两组 (effective, permitted, inheritable)，全为 0
+        if libc.capset(header, data) != 0:
+            raise OSError(ctypes.get_errno(), "capset")
+    if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "PR_SET_NO_NEW_PRIVS")
+
+
+def _run_forked_kernel(fds, argv, namespaces):
+    """fork 出来、已经在沙箱里的内核：接好标准输入输出和通道，关掉模板进程的其他文件，丢掉特权，运行 main()。"""
+    control, stderr_fd, channel = fds
+    os.setsid()
+    os.dup2(control, 0)
+    os.dup2(stderr_fd, 2)
+    null = os.open("/dev/null", os.O_WRONLY)
+    os.dup2(null, 1)
+    os.closerange(3, channel)
+    os.closerange(channel + 1, 1 << 16)
+    for name in ("mnt", "pid"):  # 确认自己确实在沙箱里（pid 命名空间只对 fork 之后的进程生效）
+        if os.stat(f"/proc/self/ns/{name}").st_ino != namespaces[f"{name}-namespace"]:
+            raise RuntimeError(f"内核不在沙箱的 {name} 命名空间里")
+    args = list(argv[1:])
+    args[6] = str(channel)  # 通道 fd 的编号
+    _drop_privileges(switch_uid=int(args[3]) >= 0)
+    import numpy
+    numpy.random.seed()  # 全新进程的 numpy 全局随机状态各不相同；fork 出来的内核要自己重新播种
+    sys.argv = list(argv)
+    main(args)
+
+
+def serve_template(kind, sock_fd):
+    import socket
+    preload(kind == "torch")
+    sock = socket.socket(fileno=sock_fd)
+    while True:
+        try:
+            msg, fds, _, _ = socket.recv_fds(sock, 1 << 16, 3)
+        except OSError:
+            return
+        if not msg:
+            return  # 评分进程关闭了 socket（评分结束或评分进程退出）
+        req = json.loads(msg)
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # 中间进程
+            status = 1
+            try:
+                os.close(r)
+                sock.close()
+                _join_sandbox(req["pid"], req["namespaces"])
+                if os.fork() == 0:  # 内核：沙箱 pid 命名空间里的新进程
+                    try:
+                        os.close(w)
+                        _run_forked_kernel(fds, req["argv"], req["namespaces"])
+                    except BaseException:
+                        traceback.print_exc()
+                    finally:
+                        sys.stdout.flush()
+                        os._exit(0)
+                os.write(w, b"ok")
+                status = 0
+            except BaseException as e:
+                os.write(w, f"{type(e).__name__}: {e}".encode()[:2000])
+            os._exit(status)
+        os.close(w)
+        for fd in fds:
+            os.close(fd)
+        reply = b""
+        while chunk := os.read(r, 4096):
+            reply += chunk
+        os.close(r)
+        os.waitpid(pid, 0)
+        sock.sendall(reply or b"intermediate process died")
+
+
 if __name__ == "__main__":
-    main()
+    if sys.argv[1] == "--template":
+        serve_template(sys.argv[2], int(sys.argv[3]))
+    else:
+        main(sys.argv[1:11])
     sys.stdout.flush()
     os._exit(0)

@@ -6,6 +6,9 @@
   以 root 评分时（bwrap 允许的话）切换到每个并行槽位自己的 uid，进程数上限（RLIMIT_NPROC）因此真正生效；
   容器里的 bwrap 不能切换 uid 时，学生代码在沙箱里是没有任何 capability 的 root，进程数只靠审计钩子限制。
 - 每个单元格有超时（先中断，不响应再整体杀掉），内存上限（RLIMIT_AS），进程数上限，文件大小上限。
+- 内核通常不是新启动的 Python，而是从模板进程 fork 出来的（见 ForkServer）：模板在任何学生代码之前启动、
+  只导入库、从不运行学生代码；每份提交照样由 bwrap 新建自己的沙箱，fork 出来的内核加入它、只评这一份，
+  沙箱结束时它和学生留下的进程一起结束。
 没有 bwrap 时仍然成立的只有：临时副本在课程目录之外、不含 lib/grading/ 和答案、资源上限（root 身份下
 进程数上限只靠审计钩子）；学生代码可以用绝对路径读写评分人能读写的任何文件、可以联网。
 这类访问会被审计钩子记录并标记为可疑，但无法阻止。分数仍然只由干净进程里的检查给出。
@@ -17,13 +20,16 @@ import os
 import select
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import runner
 from .runner import SANDBOX_WORKDIR
 
 RUNNER_SOURCE = (Path(__file__).with_name("runner.py")).read_text(encoding="utf-8")
@@ -161,10 +167,142 @@ def prepare_scratch(base: Path, course_root: Path, nb: dict) -> Path:
     return scratch
 
 
+def kernel_env(scratch: Path | None) -> dict:
+    """内核的环境变量。scratch 为 None：在 bwrap 沙箱里（缓存和配置都在这份提交私有的 /tmp 里）。"""
+    home, tmp = (SANDBOX_WORKDIR, "/tmp") if scratch is None else (str(scratch / "work"), str(scratch))
+    return {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": home, "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
+        "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MPLBACKEND": "Agg",
+        "MPLCONFIGDIR": f"{tmp}/mpl", "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONHASHSEED": "0", "CI": "true", "TQDM_DISABLE": "1", "PYTHONNOUSERSITE": "1",
+        "NBGRADER_EXECUTION": "autograde",  # 和 nbgrader autograde 一样：练习里“自动评分时跳过”的训练和选做测量不运行
+        "XDG_CACHE_HOME": f"{tmp}/cache",
+    }
+
+
+class ForkServerError(Exception):
+    pass
+
+
+class ForkServer:
+    """模板进程（runner.serve_template）的评分进程一侧：每种预加载（"numpy"、"torch"）一个模板进程，
+    第一次用到时启动，评分结束时 close()。它们在任何学生代码之前启动、只导入库，自己从不运行学生代码；
+    spawn() 让模板 fork 一个只用一次的内核，加入 execute() 刚为这份提交新建的 bwrap 沙箱。
+    任何一步失败都会关掉这个加速（之后的提交改用全新的 Python，隔离不变）并提示一次。"""
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+        self.error: str | None = None
+        self.spawned = 0  # fork 出来的内核数
+        self._templates: dict = {}  # kind -> (Popen, socket)
+        self._locks = {"numpy": threading.Lock(), "torch": threading.Lock()}
+
+    def _socket(self, kind: str) -> socket.socket:
+        if kind not in self._templates:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            script = self.folder / f"runner_{kind}.py"
+            script.write_text(RUNNER_SOURCE, encoding="utf-8")
+            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            with open(self.folder / f"{kind}.log", "wb") as log:
+                proc = subprocess.Popen([sys.executable, "-u", str(script), "--template", kind, str(theirs.fileno())],
+                                        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,
+                                        env=kernel_env(None), cwd="/", pass_fds=(theirs.fileno(),),
+                                        start_new_session=True)
+            theirs.close()
+            ours.settimeout(600)  # 包括模板第一次导入 torch 的时间
+            self._templates[kind] = (proc, ours)
+        return self._templates[kind][1]
+
+    def spawn(self, kind: str, pid: int, namespaces: dict, fds: list[int], argv: list[str]) -> None:
+        """fds：内核的控制输入（读端）、stderr 文件、通道（写端）。"""
+        with self._locks[kind]:
+            if self.error is not None:
+                raise ForkServerError(self.error)
+            try:
+                sock = self._socket(kind)
+                request = json.dumps({"pid": pid, "namespaces": namespaces, "argv": argv}).encode()
+                socket.send_fds(sock, [request], fds)
+                reply = sock.recv(65536)
+            except OSError as e:
+                reply = f"{type(e).__name__}: {e}".encode()
+            if reply == b"ok":
+                self.spawned += 1
+            else:
+                try:
+                    log = (self.folder / f"{kind}.log").read_text(errors="replace").strip().splitlines()[-1:]
+                except OSError:
+                    log = []
+                self.error = (reply.decode(errors="replace") or "模板进程退出了") + (f"（{log[0]}）" if log else "")
+                print(f"注意：预先导入库的模板进程不能用（{self.error}），之后的提交改为每份启动全新的 Python"
+                      "（慢一些，隔离和分数不变）。", file=sys.stderr)
+                raise ForkServerError(self.error)
+
+    def close(self) -> None:
+        for proc, sock in self._templates.values():
+            sock.close()  # 模板读到 EOF 后退出
+        for proc, sock in self._templates.values():
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+# 模板 fork 的内核要加入的沙箱里先运行的占位进程：它说一声 ready（这时 bwrap 已经建好整个沙箱），然后等到
+# 评分进程关闭它的标准输入才退出；它一退出，沙箱的 pid 命名空间就结束，里面剩下的进程全部被操作系统杀掉。
+HOLDER = "import os, sys; os.write(1, b'ready'); sys.stdin.buffer.read()"
+
+
+def _start_forked(forkserver: ForkServer, bwrap_cmd: list, env: dict, errf, channel_w: int, with_torch: bool,
+                  runner_args: list, work: Path):
+    """用和全新内核完全相同的 bwrap 参数新建沙箱（里面是占位进程），再让模板 fork 一个内核加入它。
+    返回 (占位进程, 内核的控制输入)。"""
+    info_r, info_w = os.pipe()
+    ready_r, ready_w = os.pipe()
+    proc = subprocess.Popen(bwrap_cmd + ["--info-fd", str(info_w), sys.executable, "-I", "-S", "-c", HOLDER],
+                            stdin=subprocess.PIPE, stdout=ready_w, stderr=errf, env=env, pass_fds=(info_w,),
+                            start_new_session=True, cwd=str(work))
+    os.close(info_w)
+    os.close(ready_w)
+    control_r = control_w = None
+    try:
+        if not select.select([ready_r], [], [], 60)[0] or os.read(ready_r, 16) != b"ready":
+            raise ForkServerError("bwrap 沙箱没有启动")
+        info = b""
+        while select.select([info_r], [], [], 10)[0] and (chunk := os.read(info_r, 65536)):
+            info += chunk
+            try:
+                namespaces = json.loads(info)
+                break
+            except json.JSONDecodeError:
+                continue
+        else:
+            raise ForkServerError(f"bwrap --info-fd 的输出不完整：{info[:200]!r}")
+        control_r, control_w = os.pipe()
+        forkserver.spawn("torch" if with_torch else "numpy", namespaces["child-pid"], namespaces,
+                         [control_r, errf.fileno(), channel_w], [SANDBOX_RUNNER, *runner_args])
+    except BaseException:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        proc.wait()
+        if control_w is not None:
+            os.close(control_w)
+        raise
+    finally:
+        os.close(info_r)
+        os.close(ready_r)
+        if control_r is not None:
+            os.close(control_r)
+    return proc, os.fdopen(control_w, "wb")
+
+
 def execute(nb: dict, *, course_root: Path, scratch_base: Path, hide: list[Path], limits: Limits,
-            slot: int, control: dict, use_bwrap: bool) -> ExecResult:
+            slot: int, control: dict, use_bwrap: bool, forkserver: ForkServer | None = None) -> ExecResult:
     """执行 notebook 的全部代码单元格，再在同一个内核里运行探针。control 是学生单元格跑完后才发送的控制消息
-    （nonce、seed、probes_source、grade_ids）。"""
+    （nonce、seed、probes_source、grade_ids）。forkserver：有 bwrap 时，内核由预先导入好库的模板 fork 出来
+    （见 ForkServer），否则启动全新的 Python。"""
     res = ExecResult()
     t_start = time.monotonic()
     scratch = prepare_scratch(scratch_base, course_root, nb)
@@ -227,23 +365,23 @@ def execute(nb: dict, *, course_root: Path, scratch_base: Path, hide: list[Path]
             cmd += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
         else:
             cmd += ["--unshare-user-try"]
-        cmd += [py, "-u", runner_path, *runner_args]
-        home = SANDBOX_WORKDIR
     else:
-        cmd = [py, "-u", runner_path, *runner_args]
-        home = str(work)
-    env = {
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": home, "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
-        "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MPLBACKEND": "Agg",
-        "MPLCONFIGDIR": "/tmp/mpl" if use_bwrap else str(scratch / "mpl"), "PYTHONDONTWRITEBYTECODE": "1",
-        "PYTHONHASHSEED": "0", "CI": "true", "TQDM_DISABLE": "1", "PYTHONNOUSERSITE": "1",
-        "XDG_CACHE_HOME": "/tmp/cache" if use_bwrap else str(scratch / "cache"),
-    }
+        cmd = []
+    env = kernel_env(None if use_bwrap else scratch)
 
     errf = open(scratch / "stderr.txt", "wb")
-    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=errf, env=env,
-                            pass_fds=(w_fd,), start_new_session=True,
-                            cwd=str(work))
+    proc = None
+    if forkserver is not None and use_bwrap:
+        try:
+            proc, control_pipe = _start_forked(forkserver, cmd, env, errf, w_fd, runner.needs_torch(nb["cells"]),
+                                               runner_args, work)
+        except ForkServerError:
+            proc = None  # 模板不能用：这一份（和之后的）改用全新的 Python
+    if proc is None:
+        proc = subprocess.Popen(cmd + [py, "-u", runner_path, *runner_args], stdin=subprocess.PIPE,
+                                stdout=subprocess.DEVNULL, stderr=errf, env=env, pass_fds=(w_fd,),
+                                start_new_session=True, cwd=str(work))
+        control_pipe = proc.stdin
     os.close(w_fd)
     n_code = sum(1 for c in nb["cells"] if c.get("cell_type") == "code")
     total_budget = (n_code + len(control.get("grade_ids", [])) + 2) * limits.cell_timeout + 60
@@ -323,8 +461,8 @@ def execute(nb: dict, *, course_root: Path, scratch_base: Path, hide: list[Path]
                     cell_started = None
                     in_probes_since = time.monotonic()
                     try:
-                        proc.stdin.write((json.dumps(control) + "\n").encode())
-                        proc.stdin.flush()
+                        control_pipe.write((json.dumps(control) + "\n").encode())
+                        control_pipe.flush()
                     except (BrokenPipeError, OSError):
                         pass
                 elif kind == "record" and cells_done and ev.get("nonce") == control["nonce"] \
@@ -340,10 +478,11 @@ def execute(nb: dict, *, course_root: Path, scratch_base: Path, hide: list[Path]
                 else:
                     res.junk += 1
     finally:
-        try:
-            proc.stdin.close()
-        except OSError:
-            pass
+        for pipe in {control_pipe, proc.stdin}:  # 模板 fork 的内核：关掉占位进程的标准输入，沙箱随之结束
+            try:
+                pipe.close()
+            except OSError:
+                pass
         if not got_done:
             kill()
         try:

@@ -1,20 +1,19 @@
-"""评分速度的基准（按需运行，不在默认测试里）：同样 40 份合成提交，
+"""评分速度的基准（按需运行，不在默认测试里）：同一批提交（默认 40 个学生 × 作业的 6 个 notebook = 240 份，
+正确、部分答错、空白、带打印和警告的正确答案轮换），在同一次运行里比较
 
-  1. 普通的 `nbgrader autograde`（串行，nbgrader #174）；
-  2. 本流水线 `python -m lib.grading grade`，--jobs 1；
-  3. 本流水线，--jobs 2；
+  1. 普通的 `nbgrader autograde`（串行，nbgrader #174；默认只跑 1 次，240 份约 9 分钟）；
+  2. 本流水线的默认命令 `python -m lib.grading grade ... --jobs 2`（写反馈）；
+  3. 同上加 --no-feedback（autograde 也不写反馈，这是同样工作量的比较）；
+  4. 同上加 --no-fork-server（关掉加速：每份提交启动全新的 Python 再导入库），并核对两者的分数和状态完全相同；
+  5. 没有改动时的重跑：前 10 个学生（60 份）评完之后再运行同一条命令。
 
-并排打印总用时、每份用时和比值。目标：2 个 job 的吞吐量 ≥ 1 个 job 的 1.8 倍，且每份不慢于 nbgrader。
-为了公平，流水线这里不生成反馈（--no-feedback），因为 autograde 也不生成；另外单独报告带反馈的用时。
+2、3、5 各重复 --repeat 次取中位数（这台虚拟机上同一条命令的用时能差 10%），并打印每次的用时。
+每次运行后都核对每一份的分数和状态，不对就退出：不然计时没有意义。
+目标（issue 15）：2 个 job 比普通 nbgrader 快 ≥ 5 倍；没有改动的 60 份重跑 < 10 秒。
 
-“一份提交”是一个学生的一个 notebook。默认（--notebook all）40 份轮流取自作业里有自动评分的 5 个 notebook
-（01–05），像真实的 LMS 下载一样按 学号/NOTEBOOK.ipynb 存放（8 个学生）：三个只用 numpy，两个导入 torch。
---notebook 01_attention_by_hand 只用最轻的那个 notebook：每份只要零点几秒，测到的主要是固定开销
-（导入 nbgrader、建 gradebook、写分数），2 个 job 的加速比因此更低。两种都值得看。
+    OMP_NUM_THREADS=1 PYTHONPATH=. .venv/bin/python tests/benchmarks/bench_grading.py [--students 40] [--repeat 3]
 
-    OMP_NUM_THREADS=1 PYTHONPATH=. .venv/bin/python tests/benchmarks/bench_grading.py [--n 40] [--notebook all|NAME] [--repeat 3]
-
-一切都在临时课程目录里进行，不碰仓库。机器忙的时候数字不可信。
+一切都在临时课程目录里进行，不碰仓库。机器忙的时候数字不可信（别的进程占着 CPU 时比值也会变）。
 """
 from __future__ import annotations
 
@@ -33,39 +32,49 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests"))
 import grading_fixtures as gf  # noqa: E402
 
+RERUN_STUDENTS = 10
 
-def submissions(course: Path, notebook: str, n: int) -> list[tuple[str, str, bytes, float]]:
-    """(学号, notebook, 文件内容, 期望分数)。种类轮换：正确、部分答错、空白、带打印和警告的正确答案。"""
-    if notebook == "all":  # 有自动评分单元格的 notebook（06 只有文字题，由助教在 formgrader 里打分）
-        names = [p.stem for p in sorted((course / "release" / "exercises").glob("*.ipynb"))
-                 if gf.test_points(gf.load(p))]
-    else:
-        names = [notebook]
+
+def submissions(course: Path, n_students: int) -> list[tuple[str, str, bytes, float]]:
+    """(学号, notebook, 文件内容, 期望的自动评分分数)。每个学生交全部 notebook；种类按学生和 notebook 轮换：
+    正确、部分答错、空白、带打印和警告的正确答案。只有文字题的 notebook（06）轮换正确和空白
+    （自动评分部分都是 0 分，文字题由助教在 formgrader 里打分）。"""
+    names = [p.stem for p in sorted((course / "release" / "exercises").glob("*.ipynb"))]
     kinds = ["s01", "s03", "s02", "s04"]
     fixtures = {}
     for name in names:
         rel = gf.load(course / "release" / "exercises" / f"{name}.ipynb")
         sol = gf.load(course / "solutions" / "exercises" / f"{name}.ipynb")
-        fixtures[name] = {f["name"][:3]: (f["data"], f["expect_score"])
-                          for f in gf.build_fixtures(rel, sol, name, course, "exercises", True)}
-    out = []
-    for i in range(n):
-        name = names[i % len(names)]
-        data, want = fixtures[name][kinds[(i // len(names) + i) % len(kinds)]]
-        out.append((f"student{i // len(names):03d}", name, data, want))
-    return out
+        if any(gf.is_solution(c) and c["cell_type"] == "code" for c in rel["cells"]):
+            fixtures[name] = {f["name"][:3]: (f["data"], f["expect_score"])
+                              for f in gf.build_fixtures(rel, sol, name, course, "exercises", True)}
+        else:
+            full = (gf.dump(gf.answered(rel, sol)), 0.0)
+            fixtures[name] = {"s01": full, "s03": full, "s02": (gf.dump(rel), 0.0), "s04": full}
+    return [(f"student{s:03d}", name, *fixtures[name][kinds[(s + j) % len(kinds)]])
+            for s in range(n_students) for j, name in enumerate(names)]
 
 
-def check_ours(course: Path, subs, label: str) -> None:
-    """确认每一份都真的评了、分数对：不然计时没有意义。"""
-    import csv
-    rows = {(r["student_id"], r["notebook"]): r for r in gf.read_grades(course)}
+def write_zip(path: Path, subs) -> None:
+    with zipfile.ZipFile(path, "w") as zf:
+        for sid, nb, data, _ in subs:
+            zf.writestr(f"{sid}/{nb}.ipynb", data)
+
+
+def grades(course: Path) -> dict:
+    return {(r["student_id"], r["notebook"]): r for r in gf.read_grades(course)}
+
+
+def check_ours(course: Path, subs, label: str) -> dict:
+    """确认每一份都真的评了、分数和状态都对；返回 grades.csv 的行。"""
+    rows = grades(course)
     bad = [(sid, nb, rows.get((sid, nb), {}).get("score"), want, rows.get((sid, nb), {}).get("status"))
            for sid, nb, _, want in subs
            if (sid, nb) not in rows or float(rows[(sid, nb)]["score"] or -1) != want
            or rows[(sid, nb)]["status"] != "ok"]
-    if bad:
-        raise SystemExit(f"{label}：{len(bad)} 份的分数或状态不对，例如 {bad[:3]}")
+    if bad or len(rows) != len(subs):
+        raise SystemExit(f"{label}：{len(bad)} 份的分数或状态不对（共 {len(rows)} 行），例如 {bad[:3]}")
+    return rows
 
 
 def check_nbgrader(course: Path, subs) -> None:
@@ -97,15 +106,17 @@ def timed(cmd, cwd, env) -> float:
     if p.returncode:
         print(p.stdout[-2000:], p.stderr[-3000:])
         raise SystemExit(f"失败：{' '.join(map(str, cmd))}")
+    if "模板进程不能用" in p.stderr:  # 加速没有生效时计时没有意义
+        raise SystemExit(p.stderr[-2000:])
     return dt
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--n", type=int, default=40)
-    ap.add_argument("--notebook", default="all", help="all（默认，轮流取作业的全部 notebook）或一个 notebook 名")
-    ap.add_argument("--repeat", type=int, default=3, help="1 个 job 和 2 个 job 各运行几次（取中位数）")
-    ap.add_argument("--skip-nbgrader", action="store_true")
+    ap.add_argument("--students", type=int, default=40, help="学生数（每人交作业的全部 6 个 notebook）")
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--repeat", type=int, default=3, help="本流水线每种运行重复几次（取中位数）")
+    ap.add_argument("--skip-nbgrader", action="store_true", help="不跑普通 nbgrader（开发时用；不打印比值）")
     args = ap.parse_args()
     py = sys.executable
     env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1", CI="true",
@@ -113,12 +124,13 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-grading-") as tmp:
         root = Path(tmp)
         course = gf.copy_course(REPO, root / "course")
-        subs = submissions(course, args.notebook, args.n)
-        zpath = root / "subs.zip"
-        with zipfile.ZipFile(zpath, "w") as zf:
-            for sid, nb, data, _ in subs:
-                zf.writestr(f"{sid}/{nb}.ipynb", data)
-        results = {}
+        subs = submissions(course, args.students)
+        n = len(subs)
+        zpath, zsmall = root / "subs.zip", root / "subs_small.zip"
+        write_zip(zpath, subs)
+        small = [s for s in subs if int(s[0][len("student"):]) < RERUN_STUDENTS]
+        write_zip(zsmall, small)
+        results: dict = {}
         if not args.skip_nbgrader:
             clean(course)
             # nbgrader 需要作业在 gradebook 里：用它自己的命令（在临时课程里重新生成 release）
@@ -131,30 +143,41 @@ def main() -> None:
             results["nbgrader autograde"] = [timed(
                 [py, "-m", "nbgrader", "autograde", "exercises", "--create", "--log-level=ERROR"], course, env)]
             check_nbgrader(course, subs)
-        # 1 个 job 和 2 个 job 交替重复 --repeat 次、取中位数：这台虚拟机上同一条命令的用时能差 10%
-        runs = [(1, False), (2, False)] * args.repeat + [(2, True)]
-        for jobs, fb in runs:
-            clean(course)
-            cmd = [py, "-m", "lib.grading", "grade", "exercises", "--submissions", str(zpath), "--jobs", str(jobs),
-                   "--quiet"] + ([] if fb else ["--no-feedback"])
-            label = f"lib.grading --jobs {jobs}" + ("（含反馈）" if fb else "")
-            results.setdefault(label, []).append(timed(cmd, course, env))
-            check_ours(course, subs, label)
-    n = args.n
-    what = "轮流取自全部 notebook" if args.notebook == "all" else args.notebook
-    print(f"\n{n} 份提交（{what}，{len({s[0] for s in subs})} 个学生），{os.cpu_count()} 个 CPU 核；"
-          f"多次运行的取中位数")
-    print(f"{'方法':28s} {'总用时 s':>9s} {'每份 s':>8s} {'份/分钟':>8s}  各次用时 s")
+        grade = [py, "-m", "lib.grading", "grade", "exercises", "--jobs", str(args.jobs), "--quiet", "--submissions"]
+        ours, ours_nofb = f"lib.grading --jobs {args.jobs}（含反馈）", f"lib.grading --jobs {args.jobs} --no-feedback"
+        for _ in range(args.repeat):  # 两种交替运行，机器负载的变化对两者影响相同
+            for label, extra in ((ours, []), (ours_nofb, ["--no-feedback"])):
+                clean(course)
+                results.setdefault(label, []).append(timed(grade + [str(zpath)] + extra, course, env))
+                fast_rows = check_ours(course, subs, label)
+        label = f"lib.grading --jobs {args.jobs} --no-feedback --no-fork-server"
+        clean(course)
+        results[label] = [timed(grade + [str(zpath), "--no-feedback", "--no-fork-server"], course, env)]
+        slow_rows = check_ours(course, subs, label)
+        key = ("score", "max_score", "status")
+        differ = [k for k in fast_rows if [fast_rows[k][c] for c in key] != [slow_rows[k][c] for c in key]]
+        # 没有改动的重跑：先评一遍前 RERUN_STUDENTS 个学生，再重复运行同一条命令
+        clean(course)
+        timed(grade + [str(zsmall)], course, env)
+        rerun = f"重跑（{len(small)} 份，没有改动）"
+        results[rerun] = [timed(grade + [str(zsmall)], course, env) for _ in range(args.repeat)]
+        check_ours(course, small, rerun)
+    print(f"\n{args.students} 个学生 × {n // args.students} 个 notebook = {n} 份提交，{os.cpu_count()} 个 CPU 核；"
+          "多次运行的取中位数")
+    print(f"{'方法':52s} {'总用时 s':>9s} {'每份 s':>8s}  各次用时 s")
     for k, v in results.items():
-        print(f"{k:28s} {median(v):9.1f} {median(v) / n:8.2f} {60 * n / median(v):8.1f}  "
-              + " ".join(f"{x:.1f}" for x in v))
-    results = {k: median(v) for k, v in results.items()}
-    one, two = results["lib.grading --jobs 1"], results["lib.grading --jobs 2"]
-    print(f"\n2 个 job / 1 个 job 的吞吐量比：{one / two:.2f}x（目标 ≥ 1.8x）")
-    if "nbgrader autograde" in results:
-        nbg = results["nbgrader autograde"]
-        print(f"每份用时：nbgrader {nbg / n:.2f} s，本流水线 1 job {one / n:.2f} s → 比值 {nbg / one:.2f}x"
-              f"（目标 ≥ 1.0x）；2 job {two / n:.2f} s → {nbg / two:.2f}x")
+        per = len(small) if k == rerun else n
+        print(f"{k:52s} {median(v):9.1f} {median(v) / per:8.3f}  " + " ".join(f"{x:.1f}" for x in v))
+    med = {k: median(v) for k, v in results.items()}
+    print(f"\n加速（模板进程）开与关：分数和状态{'完全相同' if not differ else f'有 {len(differ)} 份不同，例如 {differ[:3]}'}；"
+          f"关掉时慢 {med[label] / med[ours_nofb]:.2f} 倍")
+    print(f"没有改动的重跑：{len(small)} 份 {med[rerun]:.1f} 秒（目标 < 10 秒）")
+    if "nbgrader autograde" in med:
+        nbg = med["nbgrader autograde"]
+        print(f"比普通 nbgrader autograde 快：默认命令（含反馈）{nbg / med[ours]:.2f} 倍，"
+              f"--no-feedback {nbg / med[ours_nofb]:.2f} 倍（目标 ≥ 5 倍）")
+    if differ:
+        raise SystemExit(1)
 
 
 if __name__ == "__main__":
