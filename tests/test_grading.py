@@ -8,6 +8,7 @@
 """
 from __future__ import annotations
 
+import csv
 import hashlib
 import io
 import json
