@@ -409,3 +409,25 @@ def test_grading_demo_matches_every_fixture_on_a_real_notebook(tmp_path):
     assert "25 / 25 份符合期望" in p.stdout
     assert len(gf.read_grades(tmp_path / "demo" / "course")) == 25
     assert sorted(p.name for p in REPO.iterdir()) == before  # 没在仓库里留下 gradebook.db、grades.csv……
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not BWRAP, reason=BWRAP_MSG)
+def test_a_sandbox_that_cannot_start_is_an_error_not_a_zero(tmp_path, monkeypatch, capsys):
+    """评分环境坏了（沙箱里找不到 Python）时不能给学生记 0 分：status 为 error、不记分、退出码 4；修好后重评。"""
+    from lib.grading.__main__ import main
+    course = gf.copy_course(REPO, tmp_path / "course")
+    downloads = tmp_path / "downloads" / "2024001"
+    downloads.mkdir(parents=True)
+    shutil.copy(REPO / "release" / "exercises" / "01_attention_by_hand.ipynb", downloads)
+    monkeypatch.chdir(course)
+    args = ["grade", "exercises", "--submissions", str(downloads.parent), "--no-fork-server", "--quiet"]
+    with monkeypatch.context() as m:
+        m.setattr(sys, "executable", str(tmp_path / "gone" / "bin" / "python"))
+        assert main(args) == 4
+    assert "不是学生的问题" in capsys.readouterr().err
+    (row,) = gf.read_grades(course)
+    assert row["status"] == "error" and row["score"] == "" and "没能启动" in row["detail"]
+    assert main(args) == 0  # 环境修好了：这一份重新执行，空白答卷得 0 分
+    (row,) = gf.read_grades(course)
+    assert row["status"] == "ok" and float(row["score"]) == 0.0

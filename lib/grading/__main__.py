@@ -99,6 +99,12 @@ def run(args, ap) -> int:
                                 fork_server=not args.no_fork_server, quiet=args.quiet,
                                 checks_module=args.checks_module, probes_file=args.probes_file)
         rows = pipeline.run(opts)
+    errors = [r for r in rows if r.status == "error"]
+    if errors:
+        print(f"错误：{len(errors)} 份提交没有评分，原因在评分这边，不是学生的问题（grades.csv 里 status 为 error，"
+              f"没有记分）。第一份：{errors[0].detail}\n修好之后再运行同一个命令：已经评完的不会重来，只评这些。",
+              file=sys.stderr)
+        return 4
     if not any(r.score is not None and r.status != "missing" for r in rows):
         print("错误：没有一份提交能评分（全部进了隔离区或没有提交）。grades.csv 的 detail 列写了每个文件的原因；"
               "命名方式不对时可以用 --lms 或 --name-regex 指定。", file=sys.stderr)

@@ -30,7 +30,7 @@ from . import collect as collect_mod
 from . import gradebook_io, repair, report, runner, sandbox
 
 HERE = Path(__file__).resolve().parent
-STATUS_ORDER = ["ok", "repaired", "timeout", "crashed", "suspect", "quarantined", "missing"]
+STATUS_ORDER = ["ok", "repaired", "timeout", "crashed", "suspect", "quarantined", "missing", "error"]
 FAKE_PASS_RE = re.compile(r"(测试通过|全部通过|所有测试|通过了所有|tests? passed|all tests|满分|✓|✔|\bPASS\b)",
                           re.IGNORECASE)
 CSV_FIELDS = ["student_id", "notebook", "score", "max_score", "status", "detail"]
@@ -432,11 +432,13 @@ def run(opts: Options) -> list[Row]:
             for fut in as_completed(futs):
                 try:
                     it, repaired, rnotes, state, verdict, agnb, unanswered = fut.result()
-                except Exception as e:  # 一份出错不影响其他
+                except Exception as e:  # 一份出错不影响其他；不记分、不存执行结果，下次运行会重评
                     idx = futs.index(fut)
                     it = todo[idx]
-                    rows.append(Row(it.student_id, it.notebook, None, None, "crashed",
-                                    f"评分器内部错误（请报告）：{type(e).__name__}: {e}"))
+                    why = (f"沙箱里的内核没能启动（评分环境的问题，学生代码没有运行）：{e}"
+                           if isinstance(e, sandbox.SandboxError) else
+                           f"评分器内部错误（请报告）：{type(e).__name__}: {e}")
+                    rows.append(Row(it.student_id, it.notebook, None, None, "error", why))
                     if bar:
                         bar.update(1)
                     continue

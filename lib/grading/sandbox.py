@@ -180,6 +180,10 @@ def kernel_env(scratch: Path | None) -> dict:
     }
 
 
+class SandboxError(Exception):
+    """沙箱里的内核没能启动（学生代码一行也没运行）：评分环境的问题，不是学生的。"""
+
+
 class ForkServerError(Exception):
     pass
 
@@ -331,7 +335,8 @@ def execute(nb: dict, *, course_root: Path, scratch_base: Path, hide: list[Path]
     # 不用 preexec_fn，这样 subprocess 可以用 vfork，评分进程很大时启动快得多
     runner_args = [nb_path, str(limits.cell_timeout), str(limits.max_forks), str(drop_uid), str(drop_uid),
                    root_arg, str(w_fd), str(limits.memory_mb), str(nproc_limit), str(limits.file_mb)]
-    py = sys.executable
+    # 解释器用解析过符号链接的目录里的那个（venv 本身可以是指向别处的链接；下面挂回沙箱的是解析后的目录）
+    py = str(Path(sys.executable).parent.resolve() / Path(sys.executable).name)
     if use_bwrap:
         cmd = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--perms", "1777",
                "--tmpfs", "/tmp"]
@@ -498,6 +503,8 @@ def execute(nb: dict, *, course_root: Path, scratch_base: Path, hide: list[Path]
         except OSError:
             pass
         shutil.rmtree(scratch, ignore_errors=True)
+    if "ready" not in res.timings and not killed:
+        raise SandboxError(res.stderr_tail.strip()[-300:] or f"退出码 {proc.returncode}")
     if not got_done and not killed:
         res.crashed = True
         res.fail_cell = cell_started[0] if cell_started else None
