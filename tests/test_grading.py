@@ -386,7 +386,7 @@ def test_slow_submissions_are_scheduled_first():
 
     light = nb("import numpy as np\nx = np.ones(3)")
     heavy = [nb("import torch"), nb(["from lib.transformer import ", "TransformerLM"]),
-             nb("from lib import transformer"), nb("import lib.demos_blocks as demos")]
+             nb("from lib import transformer"), nb("import lib.toy_tasks as demos")]
     not_heavy = [nb("# import torch  这行是注释\nx = 1"), nb("import torch", cell_type="markdown"),
                  nb("print('torch')")]
     assert all(pipeline.estimated_seconds(h) > pipeline.estimated_seconds(light) for h in heavy)

@@ -240,7 +240,7 @@ def _limit(text, n=20000):
 def imports_torch(source):
     """这段代码是否导入 torch（直接导入，或导入会导入 torch 的 lib 模块）。评分进程也用它估计一份提交要跑多久。"""
     import_lines = "\n".join(line for line in source.splitlines() if re.match(r"\s*(import|from)\s", line))
-    return bool(re.search(r"\btorch\b|\blib\.(transformer|rnn|experiments|demos_\w+)\b|\bfrom\s+lib\s+import\b",
+    return bool(re.search(r"\btorch\b|\blib\.(transformer|rnn|experiments|toy_tasks)\b|\bfrom\s+lib\s+import\b",
                           import_lines))
 
 

@@ -5,8 +5,7 @@
 
 - §6 演示 3“同时取回三个位置”：RetrievalNet、retrieval_batch、retrieval_accuracy、train_retrieval
   （练习 10(a) 也用它们）
-- §7 演示 6“预测 x_{t-3}”：offset_batch、train_offset_task；Xiong 等 2020 的设定：xavier_reinit；
-  ffn_grad_norms_at_init（练习 9 的选做单元格用它；notebook 07 把同样的测量逐行写了出来）
+- §7 演示 6“预测 x_{t-3}”：offset_batch、train_offset_task；Xiong 等 2020 的设定：xavier_reinit
 """
 from __future__ import annotations
 
@@ -152,31 +151,3 @@ def xavier_reinit(model: TransformerLM) -> TransformerLM:
             if module.bias is not None:
                 nn.init.zeros_(module.bias)
     return model
-
-
-def ffn_grad_norms_at_init(norm_position: str, init: str = "xavier", n_layers: int = 8, d_model: int = 32,
-                           batch_size: int = 64, offset: int = 3, seeds=(0, 1, 2, 3)) -> list:
-    """初始化时每一层前馈网络第二个矩阵 W_2（fc_out）的梯度范数 ‖∂L/∂W_2‖（§7.4，Xiong 等 2020 图 3）。
-
-    和 notebook 07 里逐行写出的测量相同（练习 9 的选做单元格调用这个函数）：演示 6 的模型，输出层不和
-    词嵌入共享；init="xavier"：论文的设定；init="gpt2"：lib 的默认初始化。对几个种子取平均，
-    返回长度为 n_layers 的列表，第 0 个是最靠近输入的层。
-    """
-    if init not in ("xavier", "gpt2"):
-        raise ValueError(f"未知的初始化 {init!r}：可选 'xavier' 或 'gpt2'")
-    if norm_position not in ("pre", "post"):
-        raise ValueError(f"norm_position 只能是 'pre' 或 'post'，收到 {norm_position!r}")
-    cfg = TransformerConfig(vocab_size=10, max_len=16, d_model=d_model, n_heads=4, n_layers=n_layers,
-                            norm_position=norm_position, tie_weights=False)
-    total = torch.zeros(n_layers)
-    with torch_threads(1):
-        for seed in seeds:
-            torch.manual_seed(seed)
-            model = TransformerLM(cfg)
-            if init == "xavier":
-                xavier_reinit(model)
-            x, y = offset_batch(torch.Generator().manual_seed(5 + seed), batch_size, cfg.max_len,
-                                cfg.vocab_size, offset)
-            model(x, y).loss.backward()
-            total += torch.tensor([float(block.ffn.fc_out.weight.grad.norm()) for block in model.blocks])
-    return (total / len(seeds)).tolist()
