@@ -5,15 +5,19 @@ notebook 11 只调用这里的函数，模型和训练循环都来自 lib/transf
 - ``RunSpec``：一次训练的全部设定（模型、位置编码、随机种子、数据、优化器）。
 - ``load_or_train`` / ``run_many``：训练，或者从缓存里取回训练好的权重。
   缓存放在仓库根目录下被 git 忽略的 ``.cache/experiments/``，文件名是设定的哈希
-  （``cache_key``）：设定、随机种子、数据、或者 lib 里模型与训练的代码，任何一样变了，
-  哈希就变，就会重新训练。全新的克隆（CI、Colab）里没有缓存，一切从头训练。
-  互相独立的几次训练可以用几个进程同时跑（每个进程 1 个线程）：同一台机器上，
-  结果和在本进程里训练逐位相同。
+  （``cache_key``）：设定、随机种子、数据、训练设备（CPU / GPU）、或者 lib 里模型与训练的代码，
+  任何一样变了，哈希就变，就会重新训练。全新的克隆（CI、Colab）里没有缓存，一切从头训练。
+  有 CUDA 时在 GPU 上训练（``default_device``），取回的模型一律在 CPU 上。
+  CPU 上互相独立的几次训练可以用几个进程同时跑（每个进程 1 个线程）：同一台机器上，
+  结果和在本进程里训练逐位相同；换一台机器（或 GPU）训练出的权重不同。
 - ``language_perplexity``：这门玩具语言本身的困惑度（用生成句子的真实概率算），
   是任何模型在同一份数据上的困惑度“下限”（§11.1）。
 - ``agreement_accuracy`` / ``agreement_table``：主谓一致准确率（§11.2、§11.3）。
 - ``subject_attention`` / ``example_attention``：在预测主动词的位置，每个头分给主语、
   干扰名词的注意力权重（§11.4）。
+- ``ARMS`` / ``arm_spec`` / ``evaluate_run``：notebook 11 的各组实验（包括去掉尺度混杂的正弦编码）
+  和每个模型的全部读数；``*_claims`` / ``check_claims``：notebook 11 的结论，每一条对所有种子检查。
+  tests/test_experiments.py 在 notebook 没有展示的种子上检查同一批结论。
 """
 from __future__ import annotations
 
@@ -35,6 +39,7 @@ import torch
 from . import toy_language as toy
 from .rnn import RNNLM
 from .transformer import TransformerConfig, TransformerLM, count_parameters, evaluate_perplexity, train_lm
+from .viz import Table
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CACHE_DIR = REPO_ROOT / ".cache" / "experiments"
@@ -135,7 +140,7 @@ def code_fingerprint() -> str:
     """决定训练结果的代码的哈希（前 12 位）。
 
     包括：lib/transformer.py 里除 _NOT_TRAINING 以外每个函数和类的源码，lib/rnn.py 和
-    lib/toy_language.py 整个文件，以及本文件里建模型、取数据、训练的三个函数。
+    lib/toy_language.py 整个文件，以及本文件里建模型、取数据、训练的几个函数。
     所以改了模型或训练循环，缓存自动失效；只改参数公式、生成函数或本文件的分析函数则不会。
     每个进程只算一次：运行中途有人改了文件，这次运行的键也不变。
     """
@@ -149,15 +154,25 @@ def code_fingerprint() -> str:
             h.update(inspect.getsource(obj).encode())
     for name in ("rnn.py", "toy_language.py"):
         h.update((Path(__file__).resolve().parent / name).read_bytes())
-    for fn in (build_model, splits_for, train_run):  # RunSpec 的字段已经全在 to_dict() 里
+    for fn in (build_model, splits_for, _standard_splits, train_run):  # RunSpec 的字段已经全在 to_dict() 里
         h.update(inspect.getsource(fn).encode())
     return h.hexdigest()[:12]
 
 
-def cache_key(spec: RunSpec) -> str:
-    """缓存的键：完整设定（含种子和数据）+ 代码指纹 + 缓存格式 的 SHA-256（前 16 位）。"""
+def default_device() -> torch.device:
+    """训练用的设备：有 CUDA（例如 Colab 的 GPU 运行时）就用 GPU，否则用 CPU。"""
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def cache_key(spec: RunSpec, device=None) -> str:
+    """缓存的键：完整设定（含种子和数据）+ 代码指纹 + 缓存格式 + 训练设备 的 SHA-256（前 16 位）。
+
+    device（默认 default_device()）只记类型 "cpu" / "cuda"：同一台机器上 CPU 和 GPU 训练出的权重
+    不同（浮点运算的顺序不同），所以各存各的；缓存只在本机，不同机器的 CPU 之间不会混用。
+    """
+    device = torch.device(device) if device is not None else default_device()
     payload = {"spec": spec.to_dict(), "code": code_fingerprint(), "format": CACHE_FORMAT,
-               "torch": torch.__version__}
+               "torch": torch.__version__, "device": device.type}
     text = json.dumps(payload, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -175,23 +190,33 @@ def build_model(spec: RunSpec) -> torch.nn.Module:
     return TransformerLM(TransformerConfig(vocab_size=toy.VOCAB_SIZE, **dict(spec.model_args)))
 
 
+@functools.lru_cache(maxsize=4)
+def _standard_splits(data_seed, n_train, n_dev, n_test, modifier_probs):
+    return toy.standard_splits(seed=data_seed, n_train=n_train, n_dev=n_dev, n_test=n_test,
+                               modifier_probs=modifier_probs)
+
+
 def splits_for(spec: RunSpec):
-    """这次训练用的 (训练, 开发, 测试) 词元序列。"""
-    return toy.standard_splits(seed=spec.data_seed, n_train=spec.n_train, n_dev=spec.n_dev,
-                               n_test=spec.n_test, modifier_probs=spec.modifier_probs)
+    """这次训练用的 (训练, 开发, 测试) 词元序列（只读）。同一份数据在一个进程里只生成一次：§11 的模型都用它。"""
+    return _standard_splits(spec.data_seed, spec.n_train, spec.n_dev, spec.n_test, spec.modifier_probs)
 
 
-def train_run(spec: RunSpec, progress: bool = True):
-    """从头训练一次（单线程）：返回 (模型, history)。history 多一项 "seconds"（训练用时）。"""
+def train_run(spec: RunSpec, progress: bool = True, device=None):
+    """从头训练一次（CPU 上单线程；device 默认 default_device()）：返回 (CPU 上的模型, history)。
+
+    初始权重在 CPU 上按 seed 生成、打乱顺序也由 CPU 上的生成器决定，所以 GPU 和 CPU 从同一个起点、
+    按同样的顺序训练，只是浮点运算的细节不同。history 多一项 "seconds"（训练用时）。
+    """
+    device = torch.device(device) if device is not None else default_device()
     train, dev, _ = splits_for(spec)
-    model = build_model(spec)
+    model = build_model(spec).to(device)
     start = time.perf_counter()
     history = train_lm(model, train, pad_id=toy.PAD_ID, epochs=spec.epochs, batch_size=spec.batch_size,
                        max_lr=spec.max_lr, warmup_steps=spec.warmup_steps, weight_decay=spec.weight_decay,
                        grad_clip=spec.grad_clip, dev_seqs=dev, seed=spec.seed, threads=1,
                        progress=progress, desc=spec.name)
     history["seconds"] = time.perf_counter() - start
-    return model, history
+    return model.cpu(), history  # 分析都在 CPU 上做（模型很小）
 
 
 @dataclass
@@ -203,15 +228,17 @@ class RunResult:
     history: dict
     from_cache: bool
     key: str
+    device: str = "cpu"  # 在哪种设备上训练的（模型本身总在 CPU 上）
 
 
-def _cache_path(spec: RunSpec, cache_dir) -> Path:
-    return Path(cache_dir) / f"{cache_key(spec)}.pt"
+def _cache_path(spec: RunSpec, cache_dir, device) -> Path:
+    return Path(cache_dir) / f"{cache_key(spec, device)}.pt"
 
 
-def save_run(spec: RunSpec, state_dict: dict, history: dict, cache_dir=DEFAULT_CACHE_DIR) -> Path | None:
+def save_run(spec: RunSpec, state_dict: dict, history: dict, cache_dir=DEFAULT_CACHE_DIR,
+             device=None) -> Path | None:
     """把权重和 history 写进缓存（先写临时文件再改名：中途被打断也不会留下半个文件）。"""
-    path = _cache_path(spec, cache_dir)
+    path = _cache_path(spec, cache_dir, device)
     tmp = path.with_suffix(f".tmp{os.getpid()}")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -223,9 +250,10 @@ def save_run(spec: RunSpec, state_dict: dict, history: dict, cache_dir=DEFAULT_C
     return path
 
 
-def load_run(spec: RunSpec, cache_dir=DEFAULT_CACHE_DIR) -> RunResult | None:
-    """从缓存里取回一次训练；没有（或文件损坏）时返回 None。"""
-    path = _cache_path(spec, cache_dir)
+def load_run(spec: RunSpec, cache_dir=DEFAULT_CACHE_DIR, device=None) -> RunResult | None:
+    """从缓存里取回在 device（默认 default_device()）上训练的那一次；没有（或文件损坏）时返回 None。"""
+    device = torch.device(device) if device is not None else default_device()
+    path = _cache_path(spec, cache_dir, device)
     if not path.exists():
         return None
     try:
@@ -237,20 +265,21 @@ def load_run(spec: RunSpec, cache_dir=DEFAULT_CACHE_DIR) -> RunResult | None:
     model = build_model(spec)
     model.load_state_dict(blob["state_dict"])
     model.eval()
-    return RunResult(spec, model, blob["history"], True, cache_key(spec))
+    return RunResult(spec, model, blob["history"], True, cache_key(spec, device), device.type)
 
 
 def load_or_train(spec: RunSpec, cache_dir=DEFAULT_CACHE_DIR, use_cache: bool = True,
-                  progress: bool = True) -> RunResult:
-    """有缓存就取回，没有就在本进程里训练（并写进缓存）。"""
+                  progress: bool = True, device=None) -> RunResult:
+    """有缓存就取回，没有就在本进程里训练（并写进缓存）。device 默认 default_device()。"""
+    device = torch.device(device) if device is not None else default_device()
     if use_cache:
-        hit = load_run(spec, cache_dir)
+        hit = load_run(spec, cache_dir, device)
         if hit is not None:
             return hit
-    model, history = train_run(spec, progress)
+    model, history = train_run(spec, progress, device)
     if use_cache:
-        save_run(spec, model.state_dict(), history, cache_dir)
-    return RunResult(spec, model, history, False, cache_key(spec))
+        save_run(spec, model.state_dict(), history, cache_dir, device)
+    return RunResult(spec, model, history, False, cache_key(spec, device), device.type)
 
 
 # --- 多进程：每个进程单线程地训练一次，进度汇总到主进程的一个进度条 ---------------
@@ -285,41 +314,41 @@ def _worker_init(q):
     torch.set_num_threads(1)  # 一个进程一个核：小模型单线程最快，两个进程也不抢核
 
 
-def _worker_train(spec: RunSpec):
+def _worker_train(spec: RunSpec, device):
     """子进程里训练一次，返回 (state_dict, history)。"""
     from . import transformer
 
     if _PROGRESS_QUEUE is not None:  # train_lm 的进度条换成发回主进程的计数
         transformer._progress = lambda iterable, total, desc, progress: _QueueBar(_PROGRESS_QUEUE)
-    model, history = train_run(spec, progress=True)
+    model, history = train_run(spec, progress=True, device=device)
     return model.state_dict(), history
 
 
 def run_many(specs, cache_dir=DEFAULT_CACHE_DIR, use_cache: bool = True, workers: int = 2,
-             progress: bool = True, desc: str = "training") -> list[RunResult]:
+             progress: bool = True, desc: str = "training", device=None) -> list[RunResult]:
     """训练（或从缓存取回）一组互相独立的设定，按 specs 的顺序返回结果。
 
-    workers > 1 时缺的那几次用 workers 个子进程（spawn）同时训练，每个进程 1 个线程；
-    进度条显示所有要训练的步数（CI 环境里安静）。
+    CPU 上（device 默认 default_device()），workers > 1 时缺的那几次用 workers 个子进程（spawn）
+    同时训练，每个进程 1 个线程；进度条显示所有要训练的步数（CI 环境里安静）。
+    GPU 上在本进程里一个接一个地训练（只有一块 GPU，每个子进程还要各自初始化一次 CUDA）。
     """
     from .transformer import _progress
 
+    device = torch.device(device) if device is not None else default_device()
     specs = list(specs)
-    results: list[RunResult | None] = [load_run(s, cache_dir) if use_cache else None for s in specs]
+    results: list[RunResult | None] = [load_run(s, cache_dir, device) if use_cache else None for s in specs]
     missing = [i for i, r in enumerate(results) if r is None]
-    workers = max(1, min(workers, len(missing), os.cpu_count() or 1))
+    workers = 1 if device.type != "cpu" else max(1, min(workers, len(missing), os.cpu_count() or 1))
     if missing and workers == 1:
         for i in missing:
-            results[i] = load_or_train(specs[i], cache_dir, use_cache=False, progress=progress)
-            if use_cache:
-                save_run(specs[i], results[i].model.state_dict(), results[i].history, cache_dir)
+            results[i] = load_or_train(specs[i], cache_dir, use_cache=use_cache, progress=progress, device=device)
     elif missing:
         ctx = multiprocessing.get_context("spawn")
         q = ctx.Queue()
         total = sum(specs[i].steps for i in missing)
         bar = _progress(range(total), total, f"{desc} ({len(missing)} runs, {workers} processes)", progress)
         with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_worker_init, initargs=(q,)) as pool:
-            futures = {pool.submit(_worker_train, specs[i]): i for i in missing}
+            futures = {pool.submit(_worker_train, specs[i], device): i for i in missing}
             pending = set(futures)
             while pending:
                 try:
@@ -331,11 +360,12 @@ def run_many(specs, cache_dir=DEFAULT_CACHE_DIR, use_cache: bool = True, workers
                     i = futures[fut]
                     state_dict, history = fut.result()  # 子进程里的异常在这里重新抛出
                     if use_cache:
-                        save_run(specs[i], state_dict, history, cache_dir)
+                        save_run(specs[i], state_dict, history, cache_dir, device)
                     model = build_model(specs[i])
                     model.load_state_dict(state_dict)
                     model.eval()
-                    results[i] = RunResult(specs[i], model, history, False, cache_key(specs[i]))
+                    results[i] = RunResult(specs[i], model, history, False, cache_key(specs[i], device),
+                                           device.type)
         while True:  # 收完队列里剩下的计数，进度条停在 100%
             try:
                 bar.update(q.get_nowait())
@@ -521,16 +551,22 @@ def agreement_accuracy(model, items) -> float:
     return int((pair[:, 0] > pair[:, 1]).sum()) / len(items)
 
 
+@functools.lru_cache(maxsize=64)
+def agreement_items(n_modifiers: int, n: int = 1000, seed: int = 0) -> list:
+    """toy_language.agreement_test_set 的结果（只读）：同一组题在一个进程里只生成一次，所有模型共用。"""
+    return toy.agreement_test_set(n_modifiers, n, seed)
+
+
 def agreement_table(model, modifiers=AGREEMENT_MODIFIERS, n: int = 1000, seed: int = 0) -> dict:
     """{修饰语个数: 准确率}，每个个数 n 道题（toy_language.agreement_test_set）。"""
-    return {k: agreement_accuracy(model, toy.agreement_test_set(k, n, seed)) for k in modifiers}
+    return {k: agreement_accuracy(model, agreement_items(k, n, seed)) for k in modifiers}
 
 
 def agreement_rows(modifiers=AGREEMENT_MODIFIERS, n: int = 1000, seed: int = 0) -> dict:
     """§11.2 表的前两行：{修饰语个数: (平均距离, 最长前缀)}。"""
     out = {}
     for k in modifiers:
-        s = toy.agreement_stats(toy.agreement_test_set(k, n, seed))
+        s = toy.agreement_stats(agreement_items(k, n, seed))
         out[k] = (s["mean_distance"], s["max_prefix"])
     return out
 
@@ -603,9 +639,9 @@ def subject_head_by_length(model, modifiers=(2, 4, 6, 10), n: int = 300, seed: i
     先在 reference 个修饰语的句子上找出分给主语的平均权重最大的头 (层, 头)（从 0 数），
     再对每个修饰语个数 k 算这个头在预测主动词处分给主语的平均权重。返回 ((层, 头), {k: 权重})。
     """
-    ref = subject_attention(model, toy.agreement_test_set(reference, n, seed))["subject"]  # (L, h)
+    ref = subject_attention(model, agreement_items(reference, n, seed))["subject"]  # (L, h)
     best = divmod(int(ref.argmax()), ref.shape[1])
-    return best, {k: float(subject_attention(model, toy.agreement_test_set(k, n, seed))["subject"][best])
+    return best, {k: float(subject_attention(model, agreement_items(k, n, seed))["subject"][best])
                   for k in modifiers}
 
 
@@ -656,3 +692,215 @@ def example_attention(model, example: Example) -> dict:
 def parameter_count(spec: RunSpec) -> int:
     """这个设定的模型有多少参数（§11.1：迷你 GPT 109,248，RNN 33,455）。"""
     return count_parameters(build_model(spec))
+
+
+# ----------------------------------------------------------------------------
+# notebook 11 的各组实验和每个模型的读数
+# ----------------------------------------------------------------------------
+
+# 正弦编码每个位置向量的长度是 sqrt(d/2)（d = 64 时约 5.7），GPT-2 初始化下词向量只有约 0.02·sqrt(d) = 0.16。
+# 乘这个系数之后编码每一维的均方根是 0.02：和初始化时的词向量、可学习的位置表一样大（§5.1、§11.3）。
+PE_SCALE_MATCHED = 0.02 * math.sqrt(2)
+
+# §11.3 的各组（名字 → 在 §11 的迷你 GPT 上改的设定）：讲义的四种位置编码，加上缩小了的正弦编码
+ARMS = {
+    "learned": (("pos", "learned"),),
+    "sinusoidal": (("pos", "sinusoidal"),),
+    "sinusoidal_small": (("pos", "sinusoidal"), ("pe_scale", PE_SCALE_MATCHED)),
+    "rope": (("pos", "rope"),),
+    "none": (("pos", "none"),),
+}
+ARM_NAMES = {"learned": "可学习的位置嵌入", "sinusoidal": "正弦编码", "sinusoidal_small": "正弦编码 × 0.028",
+             "rope": "RoPE", "none": "无位置信息", "rnn": "RNN"}
+
+# §11.4 讲义的两个例句（词都在我们的词表里）
+LECTURE_EXAMPLES = ("the old girl near the houses near the angry trees",
+                    "the cat that sees the boys that likes the teacher")
+
+
+def arm_spec(arm: str, seed: int) -> RunSpec:
+    """一组实验（ARMS 的名字，或 "rnn"）在一个种子上的设定。"""
+    if arm == "rnn":
+        return rnn_spec(seed)
+    (_, pos), *extra = ARMS[arm]
+    return replace(gpt_spec(pos, seed, model_args=tuple(extra)), label=f"{arm} seed={seed}")
+
+
+def evaluate_run(result: RunResult) -> dict:
+    """一个训练好的模型在 notebook 11 里用到的全部读数（notebook 的表、图和结论都从这里来）。
+
+    "test_ppl"、"dev_ppl"（每轮）、"agreement"（{修饰语个数: 准确率}，LENGTH_MODIFIERS，每个 1000 题）；
+    迷你 GPT 还有：
+    "token_norm"：训练后词向量的平均长度；"position_norm"（只有可学习的位置表）：训练中用到的位置 0–18
+    那几行的平均长度；"by_prefix_4"：4 个修饰语的题按前缀长度分组的准确率；
+    "heads"：2 个修饰语的 1000 句上每个头分给主语 / 干扰名词的权重（subject_attention）；
+    "subject_head"、"subject_head_by_k"：subject_head_by_length 的结果（找主语的头，和它在 2、4、6、10 个
+    修饰语时分给主语的平均权重）；"examples"：讲义的两个例句上 P(单数动词)、P(复数动词)，以及找主语的头
+    分给主语、分给所有干扰名词的权重。
+    """
+    model = result.model
+    out = {"test_ppl": test_perplexity(result), "dev_ppl": list(result.history["dev_ppl"]),
+           "agreement": agreement_table(model, LENGTH_MODIFIERS)}
+    if result.spec.model != "gpt":
+        return out
+    out["token_norm"] = float(model.tok_emb.weight.detach().norm(dim=1).mean())  # 训练后词向量的平均长度
+    if model.pos_emb is not None:  # 可学习的位置表：训练中用到的那些行（位置 0–18）的平均长度
+        out["position_norm"] = float(model.pos_emb.table.weight.detach()[: toy.MAX_TRAIN_LEN - 1].norm(dim=1).mean())
+    out["by_prefix_4"] = agreement_by_prefix_length(model, agreement_items(4))
+    out["heads"] = subject_attention(model, agreement_items(2))
+    best, out["subject_head_by_k"] = subject_head_by_length(model, (2, 4, 6, 10))
+    out["subject_head"] = best
+    out["examples"] = []
+    for text in LECTURE_EXAMPLES:
+        ex = make_example(text)
+        att = example_attention(model, ex)
+        row = att["last_row"][best]  # 找主语的头在预测主动词处的一行
+        out["examples"].append({"p_singular": att["p_singular"], "p_plural": att["p_plural"],
+                                "subject": float(row[ex.subject_pos]),
+                                "distractors": float(row[ex.distractor_pos].sum())})
+    return out
+
+
+# ----------------------------------------------------------------------------
+# notebook 11 的结论：每一条对所有种子都要成立（notebook 和 tests/test_experiments.py 检查同一批陈述）
+# ----------------------------------------------------------------------------
+
+
+@dataclass
+class Claim:
+    """一条结论。values 是每个种子（或每个种子 × 每个修饰语个数）一个数，全部落在 [low, high] 里才算成立。
+
+    kind："讲义"——讲义的结论，我们复现了；"回归检查"——本课程自己的结果（和讲义不同，或讲义没说），
+    锁住它是为了发现代码改动带来的变化，不是讲义的主张。
+    """
+
+    section: str
+    kind: str
+    text: str
+    values: list
+    low: float | None = None
+    high: float | None = None
+
+    @property
+    def holds(self) -> bool:
+        return all((self.low is None or v >= self.low) and (self.high is None or v <= self.high)
+                   for v in self.values)
+
+    @property
+    def observed(self) -> str:
+        """所有值里离界限最近的那个（最不利的情况）。"""
+        if self.low is not None and self.high is not None:
+            return f"{min(self.values):.3f} … {max(self.values):.3f}"
+        return f"{min(self.values):.3f}" if self.low is not None else f"{max(self.values):.3f}"
+
+    @property
+    def bound(self) -> str:
+        if self.low is not None and self.high is not None:
+            return f"[{self.low:g}, {self.high:g}]"
+        return f"≥ {self.low:g}" if self.low is not None else f"≤ {self.high:g}"
+
+
+def check_claims(claims) -> Table:
+    """把结论列成一张表（小节、类型、陈述、所有种子里最不利的值、要求）；有不成立的就 AssertionError。"""
+    claims = list(claims)
+    table = Table([[c.section, c.kind, c.text, c.observed, c.bound, "✓" if c.holds else "✗"] for c in claims],
+                  ["", "类型", "结论（对每个种子）", "观察到（最不利）", "要求", ""])
+    failed = [c for c in claims if not c.holds]
+    if failed:
+        raise AssertionError("这些结论不成立：\n" + "\n".join(f"{c.section} {c.text}：{c.values}（要求 {c.bound}）"
+                                                        for c in failed) + "\n\n" + repr(table))
+    return table
+
+
+def _per_seed(readings: dict, arm: str, fn) -> list:
+    """这一组每个种子的 fn(读数)，按种子的顺序。readings：{(组名, 种子): evaluate_run 的结果}。"""
+    return [fn(r) for (a, _), r in sorted(readings.items()) if a == arm]
+
+
+def perplexity_claims(readings: dict, floor_test: float) -> list[Claim]:
+    """§11.1 的结论（可学习位置的迷你 GPT 和 RNN，每个种子）。floor_test：这门语言在测试集上的困惑度。"""
+    gpt = _per_seed(readings, "learned", lambda r: r["test_ppl"])
+    rnn = _per_seed(readings, "rnn", lambda r: r["test_ppl"])
+    return [
+        Claim("§11.1", "讲义", "迷你 GPT 和 RNN 的测试集困惑度很接近：任意两个种子相差", [abs(g - r) for g in gpt for r in rnn],
+              high=0.1),
+        Claim("§11.1", "讲义", "迷你 GPT 略好：迷你 GPT − RNN（任意两个种子）", [g - r for g in gpt for r in rnn], high=0.0),
+        Claim("§11.1", "回归检查", "迷你 GPT 离这门语言的下限不到 0.05：测试集困惑度 − 下限", [g - floor_test for g in gpt],
+              low=-0.02, high=0.05),
+        Claim("§11.1", "回归检查", "RNN 离下限不到 0.1：测试集困惑度 − 下限", [r - floor_test for r in rnn], low=-0.02, high=0.1),
+        Claim("§11.1", "回归检查", "迷你 GPT 第 1 轮的开发集困惑度已经比讲义的 4.57 低得多",
+              _per_seed(readings, "learned", lambda r: r["dev_ppl"][0]), high=4.45),
+    ]
+
+
+def agreement_claims(readings: dict) -> list[Claim]:
+    """§11.2 的结论：主谓一致准确率（可学习位置的迷你 GPT 和 RNN，每个种子）。"""
+    acc = lambda arm, ks: [r["agreement"][k] for r in _per_seed(readings, arm, lambda r: r) for k in ks]
+
+    def by_prefix(inside: bool):  # 4 个修饰语：前缀长度 17–19 的题合起来 / 其余的题合起来 的准确率
+        out = []
+        for r in _per_seed(readings, "learned", lambda r: r):
+            groups = [(n, acc) for length, (n, acc) in r["by_prefix_4"].items() if (17 <= length <= 19) == inside]
+            out.append(sum(n * a for n, a in groups) / sum(n for n, _ in groups))
+        return out
+
+    return [
+        Claim("§11.2", "讲义", "RNN：0–8 个修饰语都对（讲义 100%）", acc("rnn", AGREEMENT_MODIFIERS), low=0.98),
+        Claim("§11.2", "讲义", "迷你 GPT：训练见过的 0–3 个修饰语都对", acc("learned", (0, 1, 2, 3)), low=0.98),
+        Claim("§11.2", "讲义", "迷你 GPT：6、8 个修饰语几乎全对（讲义 98.8%、99.2%）", acc("learned", (6, 8)), low=0.95),
+        Claim("§11.2", "回归检查", "迷你 GPT：4 个修饰语明显变差（讲义 98.5%，没有复现）", acc("learned", (4,)), high=0.8),
+        Claim("§11.2", "回归检查", "4 个修饰语的错误出在前缀长度 17–19：那里的准确率", by_prefix(True), high=0.8),
+        Claim("§11.2", "回归检查", "4 个修饰语、其余前缀长度的准确率", by_prefix(False), low=0.95),
+    ]
+
+
+def length_claims(readings: dict, floor_test: float) -> list[Claim]:
+    """§11.3 的结论：各组位置编码的困惑度、长度泛化和找主语的头（每个种子）。"""
+    acc = lambda arm, ks: [r["agreement"][k] for r in _per_seed(readings, arm, lambda r: r) for k in ks]
+    head = lambda arm, k: _per_seed(readings, arm, lambda r: r["subject_head_by_k"][k])
+    others = [arm for arm in ARMS if arm != "sinusoidal"]
+    ppl = lambda arms: [r["test_ppl"] for (arm, _), r in readings.items() if arm in arms]
+    dev2 = lambda arms: [r["dev_ppl"][1] for (arm, _), r in readings.items() if arm in arms]
+    return [
+        Claim("§11.3", "讲义", "训练分布内每组都接近这门语言的下限：测试集困惑度 − 下限",
+              [p - floor_test for p in ppl(ARMS)], low=-0.02, high=0.1),
+        Claim("§11.3", "讲义", "除原版正弦编码外，各组的测试集困惑度几乎一样：最大 − 最小",
+              [max(ppl(others)) - min(ppl(others))], high=0.02),
+        Claim("§11.3", "回归检查", "原版正弦编码前两轮学得慢（位置淹没了词向量）：第 2 轮的开发集困惑度",
+              dev2(["sinusoidal"]), low=4.6),
+        Claim("§11.3", "回归检查", "其余各组（包括缩小的正弦编码）：第 2 轮的开发集困惑度", dev2(others), high=4.45),
+        Claim("§11.3", "讲义", "训练见过的 0–3 个修饰语：每组都对", [a for arm in ARMS for a in acc(arm, (0, 1, 2, 3))],
+              low=0.98),
+        Claim("§11.3", "讲义", "无位置信息：4–10 个修饰语都对（讲义 99.6%–100%）", acc("none", (4, 6, 8, 10)), low=0.95),
+        Claim("§11.3", "回归检查", "可学习的位置嵌入：6–10 个修饰语都对", acc("learned", (6, 8, 10)), low=0.95),
+        Claim("§11.3", "回归检查", "可学习的位置嵌入：找主语的头在 4 个修饰语时“失明”：权重 ÷ 2 个修饰语时",
+              [a / b for a, b in zip(head("learned", 4), head("learned", 2))], high=0.5),
+        Claim("§11.3", "回归检查", "RoPE：4、6 个修饰语都对（讲义 84.9%、72.5%，没有复现）", acc("rope", (4, 6)), low=0.95),
+        Claim("§11.3", "回归检查", "原版正弦编码：每个种子在 6–10 个修饰语里最差的一处（讲义 83.5%–99.9%）",
+              [min(r["agreement"][k] for k in (6, 8, 10)) for r in _per_seed(readings, "sinusoidal", lambda r: r)],
+              high=0.9),
+        Claim("§11.3", "回归检查", "缩小的正弦编码（去掉尺度混杂）：4–10 个修饰语都对", acc("sinusoidal_small", (4, 6, 8, 10)),
+              low=0.95),
+        Claim("§11.3", "回归检查", "缩小的正弦编码：10 个修饰语时找主语的头仍在看主语", head("sinusoidal_small", 10), low=0.5),
+    ]
+
+
+def attention_claims(readings: dict) -> list[Claim]:
+    """§11.4 的结论：可学习位置的迷你 GPT 在预测主动词处的注意力（每个种子）。"""
+    runs = _per_seed(readings, "learned", lambda r: r)
+    heads = [r["heads"] for r in runs]
+    best = [divmod(int(h["subject"].argmax()), h["subject"].shape[1]) for h in heads]  # 分给主语最多的头
+    return [
+        Claim("§11.4", "讲义", "有一个头学会了找主语：它分给主语的权重 ÷ 均匀分配",
+              [float(h["subject"][b]) / h["uniform"] for h, b in zip(heads, best)], low=3.0),
+        Claim("§11.4", "讲义", "这个头几乎不理干扰名词：分给主语的 ÷ 分给每个干扰名词的",
+              [float(h["subject"][b] / max(h["distractor"][b], 1e-6)) for h, b in zip(heads, best)], low=3.0),
+        Claim("§11.4", "回归检查", "没有头盯着干扰名词：任何一个头分给每个干扰名词的平均权重（均匀 0.09，讲义最多 0.12）",
+              [float(r["heads"]["distractor"].max()) for r in runs], high=0.25),
+        Claim("§11.4", "讲义", "两个例句都选对了单数：P(单数动词) ÷ P(复数动词)",
+              [e["p_singular"] / e["p_plural"] for r in runs for e in r["examples"]], low=100.0),
+        Claim("§11.4", "回归检查", "P(单数) + P(复数) − 2/3（按文法，2 个修饰语之后接主动词的真实概率是 2/3）",
+              [e["p_singular"] + e["p_plural"] - 2 / 3 for r in runs for e in r["examples"]], low=-0.15, high=0.15),
+        Claim("§11.4", "讲义", "例句里找主语的头：分给主语的 − 分给所有干扰名词的",
+              [e["subject"] - e["distractors"] for r in runs for e in r["examples"]], low=0.0),
+    ]

@@ -315,10 +315,16 @@ class TransformerConfig:
     tie_weights: bool = True  # 输出层和词嵌入共用一个矩阵（§8.2）
     cross_attention: bool = False  # 每块多一个交叉注意力子层（编码器—解码器的解码器，§8.3）
     rope_base: float = 10000.0
+    # 正弦位置编码加到词向量上之前乘的系数（§5.1、§11.3）。默认 1：原论文的编码，每个位置向量的长度是
+    # sqrt(d/2)（d = 64 时约 5.7），而 GPT-2 初始化下词向量的长度只有约 0.02·sqrt(d) = 0.16，位置“淹没”了词。
+    # 取 0.02·sqrt(2) ≈ 0.028 时编码的每一维均方根是 0.02，和初始化时的词向量、可学习的位置表一样大。
+    pe_scale: float = 1.0
 
     def __post_init__(self):
         if self.pos not in POSITION_KINDS:
             raise ValueError(f"未知的位置编码 {self.pos!r}：可选 {POSITION_KINDS}")
+        if self.pe_scale != 1.0 and self.pos != "sinusoidal":
+            raise ValueError(f"pe_scale 只对 pos='sinusoidal' 有意义（收到 pos={self.pos!r}）")
         if self.norm_position not in ("pre", "post"):
             raise ValueError(f"norm_position 只能是 'pre' 或 'post'，收到 {self.norm_position!r}")
 
@@ -428,8 +434,9 @@ class TransformerLM(nn.Module):
         x = self.tok_emb(idx)  # (B, T, d)
         if self.cfg.pos == "learned":
             x = x + self.pos_emb(positions)
-        elif self.cfg.pos == "sinusoidal":
-            x = x + sinusoidal_positions(past + T, self.cfg.d_model)[past:].to(x.device, x.dtype)
+        elif self.cfg.pos == "sinusoidal":  # 固定的编码，乘 pe_scale（默认 1）再加到词向量上
+            pe = sinusoidal_positions(past + T, self.cfg.d_model)[past:].to(x.device, x.dtype)  # (T, d)
+            x = x + self.cfg.pe_scale * pe
         x = self.drop(x)
 
         mask, is_causal = None, False
