@@ -31,6 +31,10 @@ class FormatError(AssertionError):
     """答案的格式不对（在公开测试里就是一个失败的断言，说明是中文）。"""
 
 
+class NotAnswered(FormatError):
+    """要填写的变量还是发布版里的 None：这道题还没做（和没写完的函数抛出的 NotImplementedError 是一回事）。"""
+
+
 # ----------------------------------------------------------------------------
 # 描述：任意 Python 对象 → 纯 JSON 数据（不丢信息）
 # ----------------------------------------------------------------------------
@@ -100,8 +104,9 @@ def _numeric(desc: dict, what: str, want: str, returned: bool) -> np.ndarray:
     if not isinstance(desc, dict):
         raise FormatError(f"{what}：记录的数据格式不对")
     if desc.get("type") == "None":
-        raise FormatError(f"{what} 返回了 None：忘了写 return？" if returned
-                          else f"{what} 还是 None：先在上面的单元格里填写它")
+        if returned:
+            raise FormatError(f"{what} 返回了 None：忘了写 return？")
+        raise NotAnswered(f"{what} 还是 None：先在上面的单元格里填写它")
     if desc.get("type") == "str":
         raise FormatError(f"{what} {_verb(returned)}{want}，得到{_got(desc)}：去掉引号，不要用 str() 或 f-string 转换")
     if desc.get("type") == "bool" or (desc.get("kind") == "b" and want != "数组"):
