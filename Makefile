@@ -35,10 +35,12 @@ system-deps:
 		|| echo "警告：没能安装 chromium / bubblewrap，浏览器测试将被跳过"; \
 	else echo "提示：请安装 chromium 和 bubblewrap（Debian：apt-get install chromium bubblewrap）"; fi
 
-# 全部测试：lib 的单元测试、练习的往返、评分流水线、浏览器测试、notebook 的 nbval
+# 全部测试：lib 的单元测试、练习的往返、评分流水线、浏览器测试、notebook 的 nbval。
+# 两个 pytest 进程并行（CI 有 2 个核，大部分测试单线程）；--dist loadscope 让同一个 notebook、同一个测试文件
+# 的测试留在同一个进程里（nbval 按顺序执行一个 notebook 的单元格，模块级的 fixture 只建一次）。
 test: setup system-deps
 	$(PY) -m lib.check_env --quiet
-	$(PY) -m pytest
+	$(PY) -m pytest -n 2 --dist loadscope
 
 # 只跑快的：不执行 notebook、不开浏览器
 test-fast: setup
