@@ -13,6 +13,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -263,6 +264,32 @@ def test_real_feedback_never_shows_hidden_tests(real_run):
         leaked = [h for h in hidden_lines if h in text]
         assert not leaked, (f, leaked[:3])
         assert "BEGIN HIDDEN TESTS" not in text
+
+
+@pytest.mark.slow
+def test_real_feedback_is_a_chinese_summary_per_exercise_without_boilerplate(real_run):
+    """反馈顶部是中文的汇总表，每个自动评分单元格一行（按题目命名）；每份都一样的引导单元格、作答说明、自检
+    不放进反馈；Bootstrap 只嵌入反馈页用到的子集。"""
+    import html as _html
+    course = real_run["course"]
+    for fx in real_run["fixtures"]:
+        if fx["name"][:3] not in ("s01", "s03"):  # 正确 / 部分答错：都评了分、写了反馈
+            continue
+        student = gf.rows_for(fx, real_run["csv"])[0]["student_id"]
+        f = course / "feedback" / student / "exercises" / f"{fx['notebook']}.html"
+        text = _html.unescape(f.read_text(encoding="utf-8"))
+        rel = gf.load(course / "release" / "exercises" / f"{fx['notebook']}.ipynb")
+        graded = [gf.gid(c) for c in rel["cells"] if gf.meta(c).get("grade")]  # 测试单元格和文字题，按顺序
+        tests = gf.test_points(rel)
+        table = text.split('id="summary">', 1)[1].split("</table>", 1)[0]
+        rows = re.findall(r'<tr><td><a href="#([^"]+)">([^<]+)</a></td><td[^>]*>([^<]+)</td><td>([^<]*)</td></tr>', table)
+        assert "<th>题目</th>" in table and [r[0] for r in rows] == graded, (f, rows)
+        assert all(label.startswith("练习") for _, label, _, _ in rows), rows
+        if fx["name"].startswith("s01"):
+            assert all(msg == "正确。" for gid, _, _, msg in rows if gid in tests), rows
+        assert "Test cell" not in text and "Score:" not in text
+        assert "# 引导单元格" not in text and "check_this_notebook(" not in text and "## 怎样作答" not in text
+        assert ".glyphicon" not in text and len(f.read_bytes()) < 100_000, (f, len(f.read_bytes()))
 
 
 @pytest.mark.slow

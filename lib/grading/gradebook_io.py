@@ -211,9 +211,10 @@ def _exporter():
     c.HTMLExporter.template_name = "feedback_zh"
     c.HTMLExporter.extra_template_basedirs = [os.path.join(base, "templates"),
                                               os.path.join(os.path.dirname(__file__), "templates")]
-    # nbgrader 的模板根目录也放进搜索路径：feedback_zh 用 {% extends 'feedback/index.html.j2' %} 继承它
-    c.HTMLExporter.extra_template_paths = [os.path.join(base, "static", "node_modules", "bootstrap", "dist", "css"),
-                                           os.path.join(base, "templates")]
+    # nbgrader 的模板根目录也放进搜索路径：feedback_zh 用 {% extends 'feedback/index.html.j2' %} 继承它。
+    # nbgrader 自己还把整个 Bootstrap 的目录放进来；我们不放，模板里的 bootstrap.min.css 找到的是
+    # feedback_zh/ 里的子集（每份反馈从 174 KB 降到约 60 KB）
+    c.HTMLExporter.extra_template_paths = [os.path.join(base, "templates")]
     return HTMLExporter(config=c)
 
 
