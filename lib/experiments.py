@@ -164,13 +164,18 @@ def default_device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
+def _device(device=None) -> torch.device:
+    """参数 device 的统一处理：None 表示 default_device()，其余交给 torch.device（"cpu"、"cuda:0"……）。"""
+    return torch.device(device) if device is not None else default_device()
+
+
 def cache_key(spec: RunSpec, device=None) -> str:
     """缓存的键：完整设定（含种子和数据）+ 代码指纹 + 缓存格式 + 训练设备 的 SHA-256（前 16 位）。
 
     device（默认 default_device()）只记类型 "cpu" / "cuda"：同一台机器上 CPU 和 GPU 训练出的权重
     不同（浮点运算的顺序不同），所以各存各的；缓存只在本机，不同机器的 CPU 之间不会混用。
     """
-    device = torch.device(device) if device is not None else default_device()
+    device = _device(device)
     payload = {"spec": spec.to_dict(), "code": code_fingerprint(), "format": CACHE_FORMAT,
                "torch": torch.__version__, "device": device.type}
     text = json.dumps(payload, sort_keys=True)
@@ -207,7 +212,7 @@ def train_run(spec: RunSpec, progress: bool = True, device=None):
     初始权重在 CPU 上按 seed 生成、打乱顺序也由 CPU 上的生成器决定，所以 GPU 和 CPU 从同一个起点、
     按同样的顺序训练，只是浮点运算的细节不同。history 多一项 "seconds"（训练用时）。
     """
-    device = torch.device(device) if device is not None else default_device()
+    device = _device(device)
     train, dev, _ = splits_for(spec)
     model = build_model(spec).to(device)
     start = time.perf_counter()
@@ -252,7 +257,7 @@ def save_run(spec: RunSpec, state_dict: dict, history: dict, cache_dir=DEFAULT_C
 
 def load_run(spec: RunSpec, cache_dir=DEFAULT_CACHE_DIR, device=None) -> RunResult | None:
     """从缓存里取回在 device（默认 default_device()）上训练的那一次；没有（或文件损坏）时返回 None。"""
-    device = torch.device(device) if device is not None else default_device()
+    device = _device(device)
     path = _cache_path(spec, cache_dir, device)
     if not path.exists():
         return None
@@ -271,7 +276,7 @@ def load_run(spec: RunSpec, cache_dir=DEFAULT_CACHE_DIR, device=None) -> RunResu
 def load_or_train(spec: RunSpec, cache_dir=DEFAULT_CACHE_DIR, use_cache: bool = True,
                   progress: bool = True, device=None) -> RunResult:
     """有缓存就取回，没有就在本进程里训练（并写进缓存）。device 默认 default_device()。"""
-    device = torch.device(device) if device is not None else default_device()
+    device = _device(device)
     if use_cache:
         hit = load_run(spec, cache_dir, device)
         if hit is not None:
@@ -334,7 +339,7 @@ def run_many(specs, cache_dir=DEFAULT_CACHE_DIR, use_cache: bool = True, workers
     """
     from .transformer import _progress
 
-    device = torch.device(device) if device is not None else default_device()
+    device = _device(device)
     specs = list(specs)
     results: list[RunResult | None] = [load_run(s, cache_dir, device) if use_cache else None for s in specs]
     missing = [i for i, r in enumerate(results) if r is None]
@@ -817,6 +822,11 @@ def _per_seed(readings: dict, arm: str, fn) -> list:
     return [fn(r) for (a, _), r in sorted(readings.items()) if a == arm]
 
 
+def _accuracies(readings: dict, arm: str, modifiers) -> list:
+    """这一组每个种子、每个修饰语个数的主谓一致准确率（种子在外层）。"""
+    return [r["agreement"][k] for r in _per_seed(readings, arm, lambda r: r) for k in modifiers]
+
+
 def perplexity_claims(readings: dict, floor_test: float) -> list[Claim]:
     """§11.1 的结论（可学习位置的迷你 GPT 和 RNN，每个种子）。floor_test：这门语言在测试集上的困惑度。"""
     gpt = _per_seed(readings, "learned", lambda r: r["test_ppl"])
@@ -835,7 +845,7 @@ def perplexity_claims(readings: dict, floor_test: float) -> list[Claim]:
 
 def agreement_claims(readings: dict) -> list[Claim]:
     """§11.2 的结论：主谓一致准确率（可学习位置的迷你 GPT 和 RNN，每个种子）。"""
-    acc = lambda arm, ks: [r["agreement"][k] for r in _per_seed(readings, arm, lambda r: r) for k in ks]
+    acc = functools.partial(_accuracies, readings)
 
     def by_prefix(inside: bool):  # 4 个修饰语：前缀长度 17–19 的题合起来 / 其余的题合起来 的准确率
         out = []
@@ -856,7 +866,7 @@ def agreement_claims(readings: dict) -> list[Claim]:
 
 def length_claims(readings: dict, floor_test: float) -> list[Claim]:
     """§11.3 的结论：各组位置编码的困惑度、长度泛化和找主语的头（每个种子）。"""
-    acc = lambda arm, ks: [r["agreement"][k] for r in _per_seed(readings, arm, lambda r: r) for k in ks]
+    acc = functools.partial(_accuracies, readings)
     head = lambda arm, k: _per_seed(readings, arm, lambda r: r["subject_head_by_k"][k])
     others = [arm for arm in ARMS if arm != "sinusoidal"]
     ppl = lambda arms: [r["test_ppl"] for (arm, _), r in readings.items() if arm in arms]

@@ -402,7 +402,8 @@ def test_claims_report_the_worst_seed_and_fail_loudly():
 
 
 # notebook 11 用种子 0、1、2。变化大的几组和 RNN 各多训练 2 个种子；无位置信息和缩小的正弦编码在编写时试过的
-# 6 个种子上处处 100%，各多训练 1 个：一共 10 个模型，CI（2 核）上约 4 分钟。
+# 6 个种子上处处 100%，各多训练 1 个：一共 10 个模型。两个进程训练，单独运行约 4 分钟；CI 里和 notebook 11
+# 同时运行（两边抢 2 个核），约 8 分钟。
 EXTRA_SEEDS = {"learned": (3, 4), "sinusoidal": (3, 4), "rope": (3, 4), "none": (3,), "sinusoidal_small": (3,),
                "rnn": (3, 4)}
 

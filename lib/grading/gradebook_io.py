@@ -1,6 +1,7 @@
 """nbgrader 的 gradebook 和反馈：只有主进程写数据库（单一写入者），formgrader 照常用于人工评分。"""
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -195,9 +196,6 @@ def write_scores(gb, assignment: str, student: str, notebook: str, scores: dict,
     sn = gb.find_submission_notebook(notebook, assignment, student)
     penalty = float(sn.late_submission_penalty or 0)
     return Written(max(0.0, float(sn.score) - penalty), float(sn.max_score), pending, notes)
-
-
-import functools
 
 
 @functools.lru_cache(maxsize=1)
