@@ -155,8 +155,8 @@ class LearnedPositions(nn.Module):
         max_len = self.table.num_embeddings
         if int(positions.max()) >= max_len:
             raise ValueError(
-                f"位置 {int(positions.max())} 超出了可学习位置表的长度 {max_len}（§5.3）："
-                f"这张表只有 {max_len} 行，更长的序列没有对应的位置向量。"
+                f"位置 {int(positions.max())} 超出了可学习的位置嵌入的范围 {max_len}（§5.3）："
+                f"它只有 L_max = {max_len} 个位置（0–{max_len - 1}），更长的序列没有对应的位置向量。"
                 f"请截短输入，或改用 pos='sinusoidal' / 'rope' / 'none'。"
             )
         return self.table(positions)
@@ -298,7 +298,7 @@ class TransformerConfig:
     """一个模型的全部超参数。默认值就是 §11 的迷你 GPT（109,248 个参数）。"""
 
     vocab_size: int = 79
-    max_len: int = 64  # 位置表的行数（只对 pos="learned" 有意义）
+    max_len: int = 64  # 可学习的位置嵌入有几个位置 L_max（只对 pos="learned" 有意义）
     d_model: int = 64
     n_heads: int = 4
     n_layers: int = 2
@@ -502,7 +502,7 @@ def block_param_formula(d: int) -> int:
 
 def lm_param_formula(vocab_size, d_model, n_layers, max_len=0, pos="learned", tied=True,
                      norm_position="pre") -> int:
-    """整个解码器：词嵌入 Vd + 位置表 L_max·d（只有 learned 有）+ N 块 + 最后的 LN 2d（+ 不共享时输出层 Vd）。
+    """整个解码器：词嵌入 Vd + 可学习的位置嵌入 L_max·d（只有 learned 有）+ N 块 + 最后的 LN 2d（+ 不共享时输出层 Vd）。
 
     最后的 LN 只有 Pre-LN 才有（Post-LN 的每个子层之后已经归一化过了）。
     """

@@ -186,7 +186,7 @@ def test_config_overrides_apply_on_top_of_a_config():
 
 def test_learned_table_fails_clearly_past_its_length():
     model = TransformerLM(max_len=8)
-    with pytest.raises(ValueError, match="超出了可学习位置表的长度 8"):
+    with pytest.raises(ValueError, match="超出了可学习的位置嵌入的范围 8"):
         model(torch.zeros(1, 9, dtype=torch.long))
     with pytest.raises(ValueError, match="未知的位置编码"):
         TransformerConfig(pos="alibi")
