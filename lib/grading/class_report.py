@@ -100,11 +100,22 @@ def _answer_cells_of_tests(nb: dict) -> dict:
     return out
 
 
+_TEMPLATE_CACHE: dict = {}
+
+
+def _template(release: dict) -> tuple[set, dict]:
+    key = id(release)
+    if key not in _TEMPLATE_CACHE or _TEMPLATE_CACHE[key][0] is not release:
+        sources = {repair._norm(repair._src(c)) for c in release["cells"]}
+        lines = {repair._gid(c): {ln.strip() for ln in repair._src(c).splitlines() if ln.strip()}
+                 for c in release["cells"] if repair._meta(c).get("solution")}
+        _TEMPLATE_CACHE[key] = (release, sources, lines)
+    return _TEMPLATE_CACHE[key][1], _TEMPLATE_CACHE[key][2]
+
+
 def _student_parts(nb: dict, release: dict) -> tuple[list, list]:
     """学生写的东西：答案代码单元格、学生自己加的代码单元格（和发布版任何单元格都不同的），文字题答案。"""
-    release_sources = {repair._norm(repair._src(c)) for c in release["cells"]}
-    template_lines = {repair._gid(c): {ln.strip() for ln in repair._src(c).splitlines() if ln.strip()}
-                      for c in release["cells"] if repair._meta(c).get("solution")}
+    release_sources, template_lines = _template(release)
     code, text = [], []
     for i, cell in enumerate(nb["cells"]):
         src = repair._src(cell)
@@ -486,9 +497,9 @@ def filter_python(code: str) -> tuple[str, np.ndarray]:
             else:
                 emit(t, m.start())
     filtered = "".join(out)
-    offsets = np.array([[j, p - j] for j, p in enumerate(pos)] + [[len(filtered), len(code) - len(filtered)]],
-                       dtype=np.int64)
-    return filtered, offsets
+    j = np.arange(len(pos) + 1, dtype=np.int64)
+    orig = np.append(np.asarray(pos, dtype=np.int64), len(code))
+    return filtered, np.column_stack([j, orig - j])
 
 
 def code_fingerprint(parts: list, boilerplate=None):
@@ -527,9 +538,14 @@ class Doc:
     text_idx: dict = field(default_factory=dict)
     text_spans: list = field(default_factory=list)
 
+    def __post_init__(self):
+        self._hashes = None
+
     @property
     def hashes(self) -> set:
-        return (self.code.hashes if self.code is not None else set()) | self.text_hashes
+        if self._hashes is None:
+            self._hashes = (self.code.hashes if self.code is not None else set()) | self.text_hashes
+        return self._hashes
 
 
 def _fingerprints(data: ClassData, nb: str) -> tuple[list, set]:
