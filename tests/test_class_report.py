@@ -351,3 +351,14 @@ def test_report_on_real_grading_output(tmp_path):
     assert e["kind"] == "manual" and e["pending"] == "3" and e["graded"] == "1"  # s02 的文字题没作答：自动 0 分
     totals = result["summary"]["totals"]
     assert totals == pytest.approx(grades)
+
+
+def test_roster_missing_and_lms_late_come_from_grades_csv(small, tmp_path):
+    """名单上没交的学生不在 gradebook 里，LMS 标的迟交在没有截止时间时也只在 grades.csv：两者都算进班级概况。"""
+    course = tmp_path / "course"
+    shutil.copytree(small["course"], course, ignore=shutil.ignore_patterns("reports"))
+    (course / "grades.csv").write_text(
+        "\ufeffstudent_id,notebook,score,max_score,status,detail\n"
+        f"s3,{NB1},0,20,ok+late,晚了 2 小时\ns9,{NB1},0,,missing,没有提交\n", encoding="utf-8")
+    summ = cr.run(course, "exercises", quiet=True)["summary"]
+    assert summ["late"] == ["s2", "s3"] and "s9" in summ["no_submission"] and summ["n_students"] == 8

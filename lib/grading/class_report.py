@@ -174,13 +174,16 @@ def _gradebook_rows(course: Path, assignment: str):
     return out, students, {s for s, _, _ in subs}, late, penalties
 
 
-def _roster_missing(course: Path) -> set:
-    """grades.csv 里名单上没交的学生（status 为 missing 的行）：他们不在 gradebook 里。"""
+def _grades_csv(course: Path) -> tuple[set, set]:
+    """grades.csv 里 (名单上没交的学生, 标了 late 的学生)：没交的不在 gradebook 里；LMS 自己标的迟交
+    （例如 Canvas 的 late）在没有截止时间时也只记在这里。"""
     path = course / "grades.csv"
     if not path.exists():
-        return set()
+        return set(), set()
     with open(path, encoding="utf-8-sig", newline="") as f:
-        return {r["student_id"] for r in csv.DictReader(f) if r.get("status") == "missing" and r.get("student_id")}
+        rows = [r for r in csv.DictReader(f) if r.get("student_id")]
+    return ({r["student_id"] for r in rows if r.get("status") == "missing"},
+            {r["student_id"] for r in rows if "late" in (r.get("status") or "").split("+")})
 
 
 def load(course: Path, assignment: str) -> ClassData:
@@ -212,7 +215,9 @@ def load(course: Path, assignment: str) -> ClassData:
         subs[(student, nb)] = Submission(student, nb, scores, {g: m for g, m in messages.items() if m},
                                          repair.answered_cells(agnb, release[nb]), code, text,
                                          penalties.get((student, nb), 0.0))
-    everyone = sorted(set(students) | _roster_missing(course))
+    roster_missing, csv_late = _grades_csv(course)
+    everyone = sorted(set(students) | roster_missing)
+    late = late | csv_late
     return ClassData(assignment, notebooks, release, cells, {nb: report.labels(rel) for nb, rel in release.items()},
                      {nb: _answer_cells_of_tests(rel) for nb, rel in release.items()}, everyone, subs, late,
                      submitted)
