@@ -135,7 +135,7 @@ def _student_parts(nb: dict, release: dict) -> tuple[list, list]:
 
 def _gradebook_rows(course: Path, assignment: str):
     """gradebook 里这个作业的全部分数：[(学生, notebook, grade_id, score 或 None)]，以及学生、迟交、扣分、截止时间。"""
-    from nbgrader.api import (Assignment, Grade, GradeCell, Gradebook, MissingEntry, Notebook,
+    from nbgrader.api import (Grade, GradeCell, Gradebook, MissingEntry, Notebook,
                               SubmittedAssignment, SubmittedNotebook)
     db = course / "gradebook.db"
     if not db.exists():
@@ -838,8 +838,10 @@ def render_html(data: ClassData, items: list, summary: dict, pairs: dict, second
         n_all = len(it.scores)
         top = (f"{100 * it.hints[0][1] / n_all:.0f}% 的学生得到这条说明：{e(it.hints[0][0])}" if it.hints and n_all
                else "没有评分说明")
+        blank = it.blank / n_all if n_all else None
         out.append(f"<li><b>{e(it.label)}</b>（{e(it.notebook)}）：平均得分率 {_pct(it.difficulty)}，"
-                   f"零分 {_pct(it.zero_rate)}。{top}</li>")
+                   f"零分 {_pct(it.zero_rate)}，其中没作答 {_pct(blank)}（没作答多说明没时间或没开始，"
+                   f"不一定是没懂）。{top}</li>")
     if not hardest:
         out.append("<li>还没有已评分的自动评分题。</li>")
     out.append("</ol>")
