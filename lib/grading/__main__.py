@@ -18,6 +18,7 @@ EPILOG = """\
   python -m lib.grading grade exercises --submissions moodle.zip --roster 名单.xlsx --due "2024-03-01 23:59"
   python -m lib.grading feedback exercises     # formgrader 人工评分之后：重写反馈和 grades.csv（不重新执行）
   python -m lib.grading export exercises --lms canvas --template 成绩册导出.csv --column "Exercises"
+  python -m lib.grading report exercises       # 班级报告：哪些题错得多、错在哪里，哪些提交相似（reports/exercises/）
 结果：grades.csv（课程根目录）、feedback/学生/作业/*.html、gradebook.db（formgrader 用）、exports/（上传文件）。
 重新运行同一个命令会续跑：已经执行过且文件没变的提交不会再执行，结果完全相同。
 """
@@ -63,6 +64,10 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("-o", "--output", type=Path, help="输出文件（默认 exports/作业_LMS.csv）")
     e.add_argument("--comments", action="store_true", help="Moodle：把各 notebook 的得分写进 Feedback comments")
     e.add_argument("--feedback-zip", type=Path, help="同时把反馈 HTML 打包成 LMS 的批量上传格式（Moodle、Canvas）")
+    r = sub.add_parser("report", help="班级报告（只读）：题目分析、人工评分进度、相似的提交")
+    r.add_argument("assignment")
+    r.add_argument("-o", "--output", type=Path, help="输出文件夹（默认 reports/作业/）")
+    r.add_argument("--quiet", action="store_true")
     return ap
 
 
@@ -80,6 +85,13 @@ def feedback_options(assignment: str, quiet: bool) -> pipeline.Options:
 
 
 def run(args, ap) -> int:
+    if args.cmd == "report":
+        from . import class_report
+        try:
+            class_report.run(Path("."), args.assignment, args.output, quiet=args.quiet)
+        except FileNotFoundError as e:
+            raise InputError(str(e)) from None
+        return 0
     if args.cmd == "export":
         export_mod.export(Path("."), args.assignment, args.lms, args.template, args.column, args.output,
                           args.comments, args.feedback_zip)
