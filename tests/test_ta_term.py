@@ -98,6 +98,7 @@ def test_a_new_download_adds_to_the_saved_state(tmp_path):
     third = collect.gather(options(tmp_path, z2), NOTEBOOKS, ws)
     assert set(graded(third)) == set(g) and len(held(third)) == 1
     assert len([it for it in third.items if it.reason is None]) == 3
+    assert [b["batch"] for b in third.batches] == [1, 2]                       # 续跑不算新的一批
     fresh = collect.gather(options(tmp_path, z2, fresh=True), NOTEBOOKS, ws)
     assert set(graded(fresh)) == {(str(S1.canvas_id), NB), (str(S2.canvas_id), NB)}
 
@@ -439,7 +440,7 @@ def test_round_trip_in_batches_keeps_everyone(course, tmp_path, capsys):
     assert never["status"] == "missing" and never["score"] == ""               # 不是 0
     capsys.readouterr()
     assert main(["feedback", "exercises"]) == 0
-    assert "重用 grade 导入的 3 份" in capsys.readouterr().err
+    assert "重用上次 grade 导入的 3 份" in capsys.readouterr().err
     assert len([r for r in gf.read_grades(course) if r["status"] != "missing"]) == 4
     out, fb = tmp_path / "filled.csv", tmp_path / "feedback.zip"
     assert main(["export", "exercises", "--lms", "moodle", "--template", str(ws), "-o", str(out), "--comments",
@@ -484,6 +485,7 @@ def test_ctrl_c_stops_quickly_keeps_what_was_finished_and_continues(course, tmp_
     p.send_signal(signal.SIGINT)
     out, err = p.communicate(timeout=60)
     stopped = time.monotonic() - t0
+    print(f"Ctrl-C 到退出：{stopped:.1f} 秒")
     assert p.returncode == 130, err
     assert stopped < 15, f"Ctrl-C 之后 {stopped:.1f} 秒才结束（机器忙）"
     assert "再运行同一个命令会接着评" in err and "已中断：评完的 1 份已经保存" in err and "Traceback" not in err

@@ -584,7 +584,7 @@ def gather(opts, notebooks: list[str], ws: Path, due_in_gradebook: dt.datetime |
         imp = load_import(ws)
         n = sum(it.reason is None for it in imp.items)
         batches = f"，{len(imp.batches)} 次下载合在一起" if len(imp.batches) > 1 else ""
-        say(f"反馈：重用 grade 导入的 {n} 份 notebook（副本在 {ws / 'imported'}{batches}，布局：{imp.title}；"
+        say(f"反馈：重用上次 grade 导入的 {n} 份 notebook（副本在 {ws / 'imported'}{batches}，布局：{imp.title}；"
             f"原来的下载 {imp.source} 不再读取）" + _roster_and_due(imp))
         return imp
     previous = None
@@ -603,14 +603,15 @@ def gather(opts, notebooks: list[str], ws: Path, due_in_gradebook: dt.datetime |
     imp = import_download(opts.submissions, notebooks, assignment=opts.assignment, name_regex=opts.name_regex,
                           roster=roster, lms_name=opts.lms, due=due)
     imp.due_from_option = bool(opts.due)
-    batch = max([b.get("batch", 0) for b in previous.batches] + [len(previous.batches)], default=0) + 1 \
-        if previous is not None else 1
+    batches = list(previous.batches) if previous is not None else []
+    rerun = bool(batches) and batches[-1].get("source") == imp.source  # 同一个下载再评一次（续跑）：不算新的一批
+    batch = batches[-1]["batch"] if rerun else max([b.get("batch", 0) for b in batches] + [len(batches)]) + 1
     for it in imp.items:
         it.batch = batch
     this_graded = sum(it.reason is None for it in imp.items)
-    imp.batches = (list(previous.batches) if previous is not None else []) + [
-        {"batch": batch, "source": imp.source, "time": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-         "files": this_graded, "layout": imp.layout}]
+    imp.batches = batches[:-1] if rerun else batches
+    imp.batches.append({"batch": batch, "source": imp.source, "files": this_graded, "layout": imp.layout,
+                        "time": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")})
     merged = merge_batches(previous, imp, roster) if previous is not None else None
     if merged is not None:
         _mark_late(imp.items, due, lms.label(imp.title))
@@ -625,8 +626,8 @@ def gather(opts, notebooks: list[str], ws: Path, due_in_gradebook: dt.datetime |
     if damaged:
         say(f"注意：下载里有 {damaged} 个文件损坏了、读不出来（已隔离，grades.csv 的 detail 写了是哪些）："
             "请从 LMS 重新下载；其余文件照常评分。")
-    if merged is not None:
-        say(f"分批评分：这是第 {batch} 次下载；之前下载里评过的 {merged['carried']} 份"
+    if merged is not None and len(imp.batches) > 1:
+        say(f"分批评分：这是第 {batch} 次下载{'（和上次是同一个下载：接着评）' if rerun else ''}；之前下载里评过的 {merged['carried']} 份"
             f"（这次的下载里没有它们）照旧保留，{merged['replaced']} 份换成了这次下载里更新的版本"
             + (f"，{merged['kept_old']} 份之前的版本更新、保留" if merged["kept_old"] else "")
             + f"。现在一共 {len(graded)} 份 notebook、{len({it.student_id for it in graded})} 名学生。"
