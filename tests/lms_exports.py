@@ -308,3 +308,21 @@ def blackboard_zip_without_receipts(path: Path, uploads: list[Upload], title: st
         base = f"{title}_{u.student.username}_attempt_{_local(u.time):%Y-%m-%d-%H-%M-%S}"
         files.append((f"{base}_{u.filename}", u.data, _local(u.time)))
     return _zip(path, files)
+
+
+def gbk_zip(path: Path, files: list[tuple[str, bytes]]) -> Path:
+    """中文 Windows 的压缩软件（学习通、超星这类平台的“打包下载”也是）：文件名按 GBK 存，不设 UTF-8 标记。
+    Python 的 zipfile 只会写 UTF-8 文件名，所以先用同样字节长度的 ASCII 占位名写（不设标记），再把文件头和
+    中央目录里的两处文件名换成 GBK 的字节。"""
+    raw = [(name.encode("gbk"), data) for name, data in files]
+    holders = [(f"{k:04d}" + "z" * (len(b) - 4)).encode() for k, (b, _) in enumerate(raw)]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(path, "w") as zf:
+        for holder, (_, data) in zip(holders, raw):
+            zf.writestr(zipfile.ZipInfo(holder.decode(), date_time=(2024, 3, 2, 9, 0, 0)), data)
+    blob = Path(path).read_bytes()
+    for holder, (real, _) in zip(holders, raw):
+        assert blob.count(holder) == 2, "占位名必须唯一"
+        blob = blob.replace(holder, real)
+    Path(path).write_bytes(blob)
+    return path

@@ -191,6 +191,20 @@ def test_macos_nfd_names_are_normalised(tmp_path):
     assert set(graded(imp)) == {("2023999999", NB)}
 
 
+def test_gbk_platform_zip_with_jiaowu_roster(tmp_path):
+    """中文平台“打包下载”的 zip（GBK 文件名、没有 UTF-8 标记）+ 教务系统的 Excel 名单。"""
+    z = lx.gbk_zip(tmp_path / "第7讲作业_打包下载.zip", [
+        (f"第7讲作业/{S0.sid}_{S0.name}/{NB}.ipynb", nb_bytes("a")),
+        (f"第7讲作业/{S1.name}（{S1.sid}）/{NB1}.ipynb", nb_bytes("b")),
+        (f"第7讲作业/{S2.sid}_{S2.name}/实验报告.docx", b"PK\x03\x04 docx")])
+    with zipfile.ZipFile(z) as zf:
+        assert not any(i.flag_bits & 0x800 for i in zf.infolist())          # 确实是 GBK、没有标记
+    imp = imported(z, roster=roster.load(lx.jiaowu_roster_xlsx(tmp_path / "名单.xlsx")))
+    assert set(graded(imp)) == {(S0.sid, NB), (S1.sid, NB1)}
+    docx = held(imp)[0]
+    assert docx.student_id == S2.sid and docx.src.endswith("实验报告.docx") and "不是 .ipynb" in docx.reason
+
+
 @pytest.mark.parametrize("path", [f"{S0.name}({S0.sid})/{NB}.ipynb", f"{S0.name}（{S0.sid}）/{NB}.ipynb",
                                   f"{S0.sid}_{S0.name}_{NB}.ipynb", f"{S0.sid}-{S0.name}-{NB}.ipynb",
                                   f"{S0.sid}_{S0.name}_{NB} (1).ipynb", f"{S0.name}_{S0.sid}_{NB}.ipynb"])

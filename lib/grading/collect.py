@@ -635,11 +635,13 @@ def gather(opts, notebooks: list[str], ws: Path, due_in_gradebook: dt.datetime |
     elif getattr(opts, "fresh", False) and had_import:
         say("--fresh：之前导入的下载已忘掉，grades.csv、反馈和导出只含这次的下载。gradebook.db 里之前的分数和人工分"
             "没有删除（formgrader 里还看得到）；要彻底重来，请先备份并删除 gradebook.db。")
-    if roster and not graded and any((it.reason or "").startswith("名单里没有") for it in imp.items):
-        say(f"注意：名单 {roster.source} 里一个 {lms.label(imp.title)} 编号也对不上。{lms.label(imp.title)} 的下载里是它自己的"
-            "编号：请用 LMS 导出的成绩表当名单（Canvas 成绩册导出、Moodle 评分工作表、Blackboard 成绩中心文件，"
-            "它们有学号和 LMS 编号两列），或者不给名单。")
-    if imp.due is not None and graded and not any(it.time for it in graded) and imp.layout != "canvas":
+    this = [it for it in graded if it.batch == batch]  # 这次的下载里能评的
+    if roster and not this and any((it.reason or "").startswith("名单里没有") for it in imp.items if it.batch == batch):
+        say(f"注意：这次下载里的编号在名单里一个也对不上（名单：{roster.describe()}）。先看名单的学号列对不对"
+            f"（不对时用 --roster-id-column 列名 指定）；对的话，{lms.label(imp.title)} 的下载里是它自己的编号：请用 LMS 导出的"
+            "成绩表当名单（Canvas 成绩册导出、Moodle 评分工作表、Blackboard 成绩中心文件，它们有学号和 LMS 编号两列），"
+            "或者不给名单。")
+    if imp.due is not None and this and not any(it.time for it in this) and imp.layout != "canvas":
         say(f"注意：{lms.label(imp.title)} 的下载里没有提交时间，没法按截止时间判断迟交。")
     return imp
 
