@@ -420,9 +420,9 @@ def run(opts: Options) -> list[Row]:
     # 线程数是槽位数的两倍：一个线程在判分、整理结果时，另一个已经修复好下一份、等着槽位，
     # 沙箱之间几乎没有空档（同时执行的提交仍然只有 jobs 份，由 slots 限制）
     pool = ThreadPoolExecutor(max_workers=2 * max(1, opts.jobs))
+    sandbox.STOP.clear()
     ctrlc = CtrlC().__enter__()  # 第一次 Ctrl-C 只结束沙箱、不再开始新的；评完的照常写进 gradebook 和 grades.csv
     futs = [pool.submit(work, it) for it in todo]  # 执行先开始，gradebook 在后台准备
-    sandbox.STOP.clear()
     interrupted = False
     try:
         try:
