@@ -325,6 +325,9 @@ def execute(nb: dict, *, course_root: Path, scratch_base: Path, hide: list[Path]
     drop_uid = -1
     if is_root and ((use_bwrap and bwrap_can_drop_uid()) or (not use_bwrap and _python_readable_by_others())):
         drop_uid = RUN_UID_BASE + slot
+        if not use_bwrap:  # 降权的内核要能进到 work/：上面两级是 mkdtemp 建的 0700 目录（只开“可进入”，不能列目录）
+            for d in (Path(scratch_base), scratch):
+                os.chmod(d, 0o711)
         for dirpath, dirnames, filenames in os.walk(work):
             os.chown(dirpath, drop_uid, drop_uid)
             for fn in filenames:
