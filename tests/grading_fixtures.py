@@ -358,12 +358,13 @@ def write_fixtures(fixtures: list[dict], folder: Path) -> None:
 
 # ----------------------------------------------------------------------------- 小课程（开发和单元测试用）
 def copy_course(repo: Path, course: Path) -> Path:
-    """把仓库里评分需要的部分（lib、release、solutions、source、nbgrader_config.py）复制成一个临时课程目录。"""
+    """把仓库里评分需要的部分（lib、release、solutions、source、nbgrader_config.py、pyproject.toml）复制成一个临时课程目录。"""
     import shutil
     course.mkdir(parents=True)
     for d in ("lib", "release", "solutions", "source"):
         shutil.copytree(repo / d, course / d, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(repo / "nbgrader_config.py", course)
+    shutil.copy(repo / "pyproject.toml", course)  # [tool.course] timezone：课程的时区
     return course
 
 
@@ -387,8 +388,9 @@ def read_grades(course: Path) -> list[dict]:
 
 
 def rows_for(fx: dict, rows: list[dict]) -> list[dict]:
-    """grades.csv 里属于这个 fixture 的行：按学号，或（隔离的行没有学号时）按 detail 里的文件路径。"""
-    return [r for r in rows if r["student_id"] == fx["name"] or fx["path"] in r["detail"]]
+    """grades.csv 里属于这个 fixture（一个交了的文件）的行：按学号，或（隔离的行没有学号时）按 detail 里的文件路径。
+    同一学生没交的其他 notebook 的 missing 行不算。"""
+    return [r for r in rows if r["status"] != "missing" and (r["student_id"] == fx["name"] or fx["path"] in r["detail"])]
 
 
 def row_matches(fx: dict, row: dict, use_bwrap: bool) -> bool:

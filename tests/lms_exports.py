@@ -64,7 +64,9 @@ def _zip(path: Path, files: list[tuple[str, bytes, dt.datetime | None]]) -> Path
 
 
 def _local(t: dt.datetime) -> dt.datetime:
-    return t.astimezone().replace(tzinfo=None)
+    """LMS 服务器记的当地时间（不带时区）：服务器和课程都在北京时间（课程的时区，pyproject.toml 的
+    [tool.course] timezone），和评分机器的时区无关。"""
+    return t.astimezone(CST).replace(tzinfo=None)
 
 
 # ----------------------------------------------------------------------------- 下载
@@ -231,3 +233,96 @@ def read_rows(path: Path) -> list[list[str]]:
         text = data.decode("utf-8")
     delim = "\t" if "\t" in text.splitlines()[0] else ","
     return list(csv.reader(io.StringIO(text, newline=""), delimiter=delim))
+
+
+# ----------------------------------------------------------------------------- 一学期里会遇到的文件
+def jiaowu_roster_xlsx(path: Path, students=STUDENTS, title: str = "2023-2024学年第二学期 自然语言处理（CS224N 第 7 讲）学生名单") -> Path:
+    """教务系统导出的 Excel 名单：第 1 行是合并单元格的标题，第 2 行是课程信息，第 3 行才是表头，
+    第一列是序号（1、2、3……，不是学号），学号存成数字。"""
+    import openpyxl
+    wb = openpyxl.Workbook()
+    ws = wb.active
+    ws.title = "学生名单"
+    ws.append([title])
+    ws.merge_cells("A1:F1")
+    ws.append(["课程号：08012345", None, "任课教师：李老师", None, "选课人数：" + str(len(students))])
+    ws.append(["序号", "学号", "姓名", "性别", "专业", "行政班"])
+    for i, s in enumerate(students, 1):
+        ws.append([i, int(s.sid), s.name, "男", "计算机科学与技术", "计科2101"])
+    wb.save(path)
+    return path
+
+
+def jiaowu_roster_csv(path: Path, students=STUDENTS, encoding: str = "gbk") -> Path:
+    """同一份名单在 Excel 里另存为 CSV（中文 Windows：GBK）：标题行变成一个单元格加一串空单元格。"""
+    rows = [["2023-2024学年第二学期 自然语言处理 学生名单", "", "", ""], ["序号", "学号", "姓名", "班级"]]
+    rows += [[str(i), s.sid, s.name, "计科2101"] for i, s in enumerate(students, 1)]
+    return _write_csv(path, rows, encoding=encoding)
+
+
+def moodle_worksheet_email(path: Path, students=STUDENTS, chinese: bool = False, max_grade: float = 100) -> Path:
+    """默认设置的 Moodle 评分工作表：身份字段只有邮箱（站点没有开 ID number），没有学号。
+    chinese=True：中文界面下载的，表头是中文（mod/assign 的 zh_cn 语言包：标识符、成绩、最高成绩、反馈评语）。"""
+    header = (["标识符", "全名", "Email 地址", "状态", "成绩", "最高成绩", "成绩可以被更改", "最后修改时间（提交）",
+               "最后修改时间（成绩）", "反馈评语"] if chinese else
+              ["Identifier", "Full name", "Email address", "Status", "Grade", "Maximum Grade", "Grade can be changed",
+               "Last modified (submission)", "Last modified (grade)", "Feedback comments"])
+    rows = [header]
+    for s in students:
+        rows.append([("参与者 " if chinese else "Participant ") + str(s.pid), s.name if chinese else s.english,
+                     s.email, "已提交评分" if chinese else "Submitted for grading", "", f"{max_grade:.2f}",
+                     "是" if chinese else "Yes", "2024年03月1日 星期五 20:00" if chinese else "Friday, 1 March 2024, 8:00 PM",
+                     "-", ""])
+    return _write_csv(path, rows, bom=chinese)
+
+
+def raw_zip(path: Path, files: list[tuple[str, bytes]], utf8: bool = True, deflate: bool = False) -> Path:
+    """按给定的原样文件名写 zip（macOS 的 Archive Utility 写 NFD 的 UTF-8 文件名）。"""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED if deflate else zipfile.ZIP_STORED) as zf:
+        for name, data in files:
+            info = zipfile.ZipInfo(name, date_time=(2024, 3, 2, 9, 0, 0))
+            if utf8:
+                info.flag_bits |= 0x800
+            info.compress_type = zipfile.ZIP_DEFLATED if deflate else zipfile.ZIP_STORED
+            zf.writestr(info, data)
+    return path
+
+
+def damage_member(path: Path, member: str) -> Path:
+    """把 zip 里一个文件的数据改坏（下载时网络出错、U 盘坏块）：本地文件头和中央目录都完好，CRC 对不上。"""
+    data = bytearray(Path(path).read_bytes())
+    with zipfile.ZipFile(path) as zf:
+        info = zf.getinfo(member)
+    start = info.header_offset + 30 + len(info.filename.encode("utf-8")) + len(info.extra)
+    for k in range(start + 5, start + min(info.compress_size, 60)):
+        data[k] ^= 0x5A
+    Path(path).write_bytes(bytes(data))
+    return path
+
+
+def blackboard_zip_without_receipts(path: Path, uploads: list[Upload], title: str = "Exercises") -> Path:
+    """只挑了文件、没有回执（.txt）的 Blackboard 下载。"""
+    files = []
+    for u in uploads:
+        base = f"{title}_{u.student.username}_attempt_{_local(u.time):%Y-%m-%d-%H-%M-%S}"
+        files.append((f"{base}_{u.filename}", u.data, _local(u.time)))
+    return _zip(path, files)
+
+
+def gbk_zip(path: Path, files: list[tuple[str, bytes]]) -> Path:
+    """中文 Windows 的压缩软件（学习通、超星这类平台的“打包下载”也是）：文件名按 GBK 存，不设 UTF-8 标记。
+    Python 的 zipfile 只会写 UTF-8 文件名，所以先用同样字节长度的 ASCII 占位名写（不设标记），再把文件头和
+    中央目录里的两处文件名换成 GBK 的字节。"""
+    raw = [(name.encode("gbk"), data) for name, data in files]
+    holders = [(f"{k:04d}" + "z" * (len(b) - 4)).encode() for k, (b, _) in enumerate(raw)]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(path, "w") as zf:
+        for holder, (_, data) in zip(holders, raw):
+            zf.writestr(zipfile.ZipInfo(holder.decode(), date_time=(2024, 3, 2, 9, 0, 0)), data)
+    blob = Path(path).read_bytes()
+    for holder, (real, _) in zip(holders, raw):
+        assert blob.count(holder) == 2, "占位名必须唯一"
+        blob = blob.replace(holder, real)
+    Path(path).write_bytes(blob)
+    return path

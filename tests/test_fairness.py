@@ -693,7 +693,7 @@ def results(course: Path) -> dict:
     "visible": {grade_id: 公开测试的报错}, "hidden": {grade_id: 评分说明}, "selfcheck": 自检单元格的输出}}。"""
     from nbgrader.api import Gradebook
 
-    rows = {r["student_id"]: r for r in gf.read_grades(course)}
+    rows = {r["student_id"]: r for r in gf.read_grades(course) if r["status"] != "missing"}  # 没交的其他 notebook 不算
     out = {}
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
         for sid, (notebook, _) in SUBMISSIONS.items():

@@ -230,7 +230,10 @@ def real_run(tmp_path_factory):
 
 @pytest.mark.slow
 def test_real_scores_and_statuses(real_run):
-    rows = real_run["csv"]
+    # 每个 fixture 学生只交一个 notebook：其余的 notebook 各有一行 missing，score 留空（没交不是 0 分）
+    missing = [r for r in real_run["csv"] if r["status"] == "missing"]
+    assert missing and all(r["score"] == "" and r["detail"].startswith("没有") for r in missing)
+    rows = [r for r in real_run["csv"] if r["status"] != "missing"]
     assert len(rows) == len(real_run["fixtures"])
     problems = []
     for fx in real_run["fixtures"]:
@@ -434,7 +437,9 @@ def test_grading_demo_matches_every_fixture_on_a_real_notebook(tmp_path):
                        capture_output=True, text=True, cwd=REPO, timeout=600)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     assert "25 / 25 份符合期望" in p.stdout
-    assert len(gf.read_grades(tmp_path / "demo" / "course")) == 25
+    rows = gf.read_grades(tmp_path / "demo" / "course")
+    assert len([r for r in rows if r["status"] != "missing"]) == 25      # 其余是每人没交的另外 5 个 notebook
+    assert {r["score"] for r in rows if r["status"] == "missing"} == {""}
     assert sorted(p.name for p in REPO.iterdir()) == before  # 没在仓库里留下 gradebook.db、grades.csv……
 
 
@@ -453,8 +458,8 @@ def test_a_sandbox_that_cannot_start_is_an_error_not_a_zero(tmp_path, monkeypatc
         m.setattr(sys, "executable", str(tmp_path / "gone" / "bin" / "python"))
         assert main(args) == 4
     assert "不是学生的问题" in capsys.readouterr().err
-    (row,) = gf.read_grades(course)
+    (row,) = [r for r in gf.read_grades(course) if r["notebook"] == "01_attention_by_hand"]
     assert row["status"] == "error" and row["score"] == "" and "没能启动" in row["detail"]
     assert main(args) == 0  # 环境修好了：这一份重新执行，空白答卷得 0 分
-    (row,) = gf.read_grades(course)
+    (row,) = [r for r in gf.read_grades(course) if r["notebook"] == "01_attention_by_hand"]
     assert row["status"] == "ok" and float(row["score"]) == 0.0

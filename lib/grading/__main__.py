@@ -21,6 +21,7 @@ EPILOG = """\
   python -m lib.grading report exercises       # 班级报告：哪些题错得多、错在哪里，哪些提交相似（reports/exercises/）
 结果：grades.csv（课程根目录）、feedback/学生/作业/*.html、gradebook.db（formgrader 用）、exports/（上传文件）。
 重新运行同一个命令会续跑：已经执行过且文件没变的提交不会再执行，结果完全相同。
+分批评分：后来的下载（迟交的、重交的）并进之前的结果，grades.csv、反馈和导出总是包括评过的所有人；--fresh 从头开始。
 """
 
 
@@ -37,7 +38,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--roster", type=Path, help="学生名单：CSV（UTF-8/GBK）或 .xlsx；Canvas 成绩册导出、"
                                                "Moodle 评分工作表、Blackboard 成绩中心文件也可以")
     g.add_argument("--roster-id-column", help="名单里哪一列是学号（默认按表头找：学号、Student ID、SIS User ID……）")
-    g.add_argument("--due", help="截止时间，例如 \"2024-03-01 23:59\"（默认用 gradebook 里 nbgrader 的 duedate）")
+    g.add_argument("--due", help="截止时间，例如 \"2024-03-01 23:59\"：不带时区时按课程的时区（pyproject.toml 的 "
+                                 "[tool.course] timezone，默认 Asia/Shanghai）理解（默认用 gradebook 里 nbgrader 的 duedate）")
+    g.add_argument("--fresh", action="store_true",
+                   help="从头开始：忘掉之前导入的下载（默认新的下载并进之前的结果，之前评过、这次没有的学生照旧保留）")
     g.add_argument("--jobs", type=int, default=1, help="同时评几份（默认 1）")
     g.add_argument("--timeout", type=float, default=sandbox.Limits.cell_timeout,
                    help=f"每个单元格的秒数上限（默认 {sandbox.Limits.cell_timeout:g}）")
@@ -77,14 +81,35 @@ def feedback_options(assignment: str, quiet: bool) -> pipeline.Options:
     try:
         cfg = json.loads((ws / "last_run.json").read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError):
-        raise InputError(f"没有找到 {ws / 'last_run.json'}：请先运行 grade") from None
+        raise InputError(f"作业 {assignment} 在这个课程里还没有评过（没有 {ws / 'last_run.json'}）：请先运行 grade"
+                         f"（python -m lib.grading grade {assignment} --submissions 下载的文件）") from None
     limits = sandbox.Limits(cell_timeout=cfg["cell_timeout"], memory_mb=cfg["memory_mb"], max_procs=cfg["max_procs"])
     return pipeline.Options(assignment=assignment, submissions=ws / "imported", jobs=cfg["jobs"], limits=limits,
                             checks_module=cfg["checks_module"], probes_file=Path(cfg["probes_file"]),
                             use_bwrap=cfg["use_bwrap"], reuse_import=True, quiet=quiet)
 
 
+def check_course_root(assignment: str) -> None:
+    """所有命令都要在课程根目录运行：不在时说清楚是哪里不对，而不是让后面的步骤报“请先运行 grade”。"""
+    here = Path.cwd()
+    if not (here / "nbgrader_config.py").exists():
+        up = next((p for p in here.parents if (p / "nbgrader_config.py").exists()), None)
+        raise InputError(f"当前目录 {here} 不是课程根目录（这里没有 nbgrader_config.py）。请先 cd 到课程根目录"
+                         + (f"（看起来是 {up}）" if up else "（有 nbgrader_config.py 和 release/ 的那个文件夹）")
+                         + " 再运行。")
+    if not (here / "release" / assignment).is_dir():
+        have = sorted(p.name for p in (here / "release").glob("*") if p.is_dir()) if (here / "release").is_dir() else []
+        raise InputError(f"课程里没有作业 {assignment!r}（release/ 下" + (f"有：{'、'.join(have)}）" if have else
+                                                                         "什么也没有：先运行 make release）"))
+
+
 def run(args, ap) -> int:
+    if args.cmd == "grade":
+        if args.jobs < 1:
+            ap.error("--jobs 至少为 1")
+        if args.timeout <= 0:
+            ap.error("--timeout 必须为正数")
+    check_course_root(args.assignment)
     if args.cmd == "report":
         from . import class_report
         try:
@@ -99,16 +124,12 @@ def run(args, ap) -> int:
     if args.cmd == "feedback":
         rows = pipeline.run(feedback_options(args.assignment, args.quiet))
     else:
-        if args.jobs < 1:
-            ap.error("--jobs 至少为 1")
-        if args.timeout <= 0:
-            ap.error("--timeout 必须为正数")
         limits = sandbox.Limits(cell_timeout=args.timeout, memory_mb=args.memory_mb, max_procs=args.max_procs)
         opts = pipeline.Options(assignment=args.assignment, submissions=args.submissions, jobs=args.jobs,
                                 limits=limits, name_regex=args.name_regex, roster=args.roster,
                                 roster_id_column=args.roster_id_column, lms=args.lms, due=args.due,
                                 use_bwrap=False if args.no_sandbox else None, feedback=not args.no_feedback,
-                                fork_server=not args.no_fork_server, quiet=args.quiet,
+                                fork_server=not args.no_fork_server, quiet=args.quiet, fresh=args.fresh,
                                 checks_module=args.checks_module, probes_file=args.probes_file)
         rows = pipeline.run(opts)
     errors = [r for r in rows if r.status == "error"]
@@ -133,7 +154,7 @@ def main(argv=None) -> int:
         print(f"错误：{e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("已中断。再运行同一个命令会接着评，已经评完的不会重来。", file=sys.stderr)
+        print("已中断。再运行同一个命令会接着评：已经评完的不会重来，只评剩下的。", file=sys.stderr)
         return 130
     except Exception as e:  # noqa: BLE001 —— 助教看不到 traceback：写进日志，终端只说一句
         log = Path(".grading") / "error.log"

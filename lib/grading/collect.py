@@ -23,7 +23,9 @@ import json
 import re
 import shutil
 import sys
+import unicodedata
 import zipfile
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -57,6 +59,9 @@ class Item:
     upload: str = ""                  # 把反馈传回 LMS 时用的文件名前缀
     submitted_at: dt.datetime | None = None  # 这个学生这次提交的时间（他各个 notebook 里最晚的）
     late: str | None = None           # 迟交的说明；None = 没有迟交
+    damaged: bool = False             # zip 里的这个文件读不出来（下载损坏）
+    layout: str = ""                  # 来自哪种 LMS 的下载（分批评分时各批可以不同）
+    batch: int = 0                    # 第几次导入的下载（从 1 数；分批评分时较早的批次号小）
 
     @property
     def sha(self) -> str:
@@ -72,6 +77,7 @@ class Imported:
     roster: roster_mod.Roster | None = None
     due: dt.datetime | None = None
     due_from_option: bool = False     # True：截止时间来自 --due（要写进 gradebook）
+    batches: list = field(default_factory=list)  # 导入过的每次下载：{"batch", "source", "time", "files"}
 
     @property
     def roster_ids(self) -> set | None:
@@ -80,7 +86,8 @@ class Imported:
 
 # ----------------------------------------------------------------------------- 读文件
 def _zip_name(info: zipfile.ZipInfo) -> str:
-    """zip 里的文件名。没有 UTF-8 标记的是按本地编码存的（中文 Windows 是 GBK），Python 按 cp437 读错了。"""
+    """zip 里的文件名。没有 UTF-8 标记的是按本地编码存的（中文 Windows 是 GBK），Python 按 cp437 读错了。
+    macOS 存的是分解形式（NFD：ë = e + ¨），统一成 NFC，“Zoë” 才能和名单、正则对上。"""
     name = info.filename
     if not info.flag_bits & 0x800:
         raw = name.encode("cp437", errors="replace")
@@ -90,7 +97,11 @@ def _zip_name(info: zipfile.ZipInfo) -> str:
                 break
             except UnicodeDecodeError:
                 continue
-    return name.replace("\\", "/")
+    return unicodedata.normalize("NFC", name.replace("\\", "/"))
+
+
+DAMAGED = "下载的 zip 里这个文件损坏了，读不出来（{e}）：请重新下载（其余文件照常评分）"
+INCOMPLETE = "下载不完整，请重新下载"
 
 
 def _read_zip(zf: zipfile.ZipFile, prefix: str = "", container: str | None = None) -> list[Item]:
@@ -102,9 +113,33 @@ def _read_zip(zf: zipfile.ZipFile, prefix: str = "", container: str | None = Non
         if info.file_size > MAX_FILE_BYTES:
             items.append(Item(name, b"", reason=f"文件太大（{info.file_size // 2**20} MB）", container=container))
             continue
-        mt = dt.datetime(*info.date_time).timestamp()
-        items.append(Item(name, zf.read(info), mtime=mt, container=container))
+        try:
+            mt = dt.datetime(*info.date_time).timestamp()
+        except ValueError:
+            mt = 0.0
+        try:
+            data = zf.read(info)
+        except (zipfile.BadZipFile, zlib.error, EOFError, OSError, NotImplementedError, RuntimeError) as e:
+            items.append(Item(name, b"", mtime=mt, container=container, damaged=True,
+                              reason=DAMAGED.format(e=f"{type(e).__name__}: {e}")))
+            continue
+        items.append(Item(name, data, mtime=mt, container=container))
     return items
+
+
+def _not_a_zip(path: Path) -> str:
+    """一个不是 zip 的文件给了 --submissions：说清楚是什么（下载断了、浏览器存下的是错误页）。"""
+    head = path.read_bytes()[:512]
+    low = head.lstrip().lower()
+    if low.startswith((b"<!doctype", b"<html", b"<?xml", b"<head", b"{")):
+        what = "这个文件其实是网页（LMS 或浏览器返回的错误页面、登录页面），不是 zip"
+    elif head.startswith(b"PK"):
+        what = "zip 文件的结尾缺了一截（下载中断了）"
+    elif path.suffix.lower() == ".zip":
+        what = "它不是 zip 文件（可能没下载完，或者下载的是别的东西）" if head else "文件是空的"
+    else:
+        return f"{path} 既不是文件夹也不是 .zip 文件"
+    return f"{INCOMPLETE}：{path.name} {what}（{path.stat().st_size} 字节）。"
 
 
 def _unzip_upload(it: Item) -> list[Item]:
@@ -112,8 +147,8 @@ def _unzip_upload(it: Item) -> list[Item]:
     try:
         with zipfile.ZipFile(io.BytesIO(it.data)) as zf:
             inner = _read_zip(zf, prefix=it.src + "/", container=it.src)
-    except (zipfile.BadZipFile, OSError, EOFError) as e:
-        it.reason = f"上传的 .zip 打不开：{e}"
+    except (zipfile.BadZipFile, OSError, EOFError, zlib.error) as e:
+        it.reason = f"上传的 .zip 打不开（{e}）：学生上传的文件可能坏了，请重新下载，还不行就请学生重交"
         return [it]
     if not inner:
         it.reason = "上传的 .zip 是空的"
@@ -124,20 +159,23 @@ def _unzip_upload(it: Item) -> list[Item]:
 def read_inputs(path: Path) -> list[Item]:
     path = Path(path)
     if path.is_file() and zipfile.is_zipfile(path):
-        with zipfile.ZipFile(path) as zf:
-            items = _read_zip(zf)
+        try:
+            with zipfile.ZipFile(path) as zf:
+                items = _read_zip(zf)
+        except (zipfile.BadZipFile, zlib.error, EOFError, OSError) as e:
+            raise InputError(f"{INCOMPLETE}：{path.name} 打不开（{e}）。") from None
     elif path.is_dir():
         items = []
         for p in sorted(path.rglob("*")):
             if p.is_file():
-                rel = p.relative_to(path).as_posix()
+                rel = unicodedata.normalize("NFC", p.relative_to(path).as_posix())
                 st = p.stat()
                 if st.st_size > MAX_FILE_BYTES:
                     items.append(Item(rel, b"", reason=f"文件太大（{st.st_size // 2**20} MB）"))
                     continue
                 items.append(Item(rel, p.read_bytes(), mtime=st.st_mtime))
     elif path.exists():
-        raise InputError(f"{path} 既不是文件夹也不是 .zip 文件")
+        raise InputError(_not_a_zip(path))
     else:
         raise InputError(f"找不到提交路径：{path}")
     out = []
@@ -231,6 +269,7 @@ def _context(items: list[Item], assignment: str, notebooks: list[str]) -> lms.Co
             info = lms.read_bb_receipt(it.data.decode("utf-8-sig", errors="replace"))
             if info:
                 ctx.receipts[receipt.group("base")] = info
+                ctx.usernames.setdefault(info["user"].lower(), info["user"])
                 it.reason, it.skip = "Blackboard 的提交回执（已读取）", True
         elif base == "submission_metadata.yml":
             try:
@@ -264,6 +303,8 @@ def _compile_regex(name_regex: str, single: bool) -> re.Pattern:
 def _classify(it: Item, f: lms.Found, roster, notebooks: list[str]) -> None:
     """一个文件加上从路径读出的信息 → 学生、notebook、notebook 内容，或隔离的原因。"""
     it.lms_key, it.name, it.time, it.order, it.lms_late, it.upload = f.key, f.name, f.time, f.order, f.late, f.upload
+    if f.note:
+        it.notes.append(f.note)
     filename = it.src.rsplit("/", 1)[-1] if it.container else f.filename
     sid = f.key
     if sid is not None and roster is not None:
@@ -339,8 +380,10 @@ def _mark_late(items: list[Item], due: dt.datetime | None, label: str) -> None:
             after = due is not None and it.time is not None and it.time > due
             when = (f"（{lms.show_time(it.time)} 提交，截止 {lms.show_time(due)}，晚了 {lms.how_late(it.time - due)}）"
                     if after else "")
+            it.late = None
             if it.lms_late:
-                it.late = f"{label} 标记为迟交" + when
+                own = lms.label(lms.LAYOUTS[it.layout][0]) if it.layout in lms.LAYOUTS else label
+                it.late = f"{own} 标记为迟交" + when
             elif after:
                 it.late = "迟交" + when
 
@@ -359,6 +402,9 @@ def import_download(path: Path, notebooks: list[str], *, assignment: str = "", n
     single = len(notebooks) == 1
     _strip_common_top(items, single)
     ctx = _context(items, assignment, notebooks)
+    if roster is not None:  # 名单里的用户名、学号：拆 Blackboard 没有回执的文件名用
+        for key in list(roster.aliases) + [i.lower() for i in roster.ids]:
+            ctx.usernames.setdefault(key, key)
     pat = None
     if name_regex:
         pat = _compile_regex(name_regex, single)
@@ -370,6 +416,9 @@ def import_download(path: Path, notebooks: list[str], *, assignment: str = "", n
         title = lms.LAYOUTS[layout][0]
     out: list[Item] = []
     for it in items:
+        it.layout = layout
+        if it.damaged:  # 读不出来的文件：照样从路径认出是谁的，隔离行里写上学生
+            _identify_damaged(it, pat, layout, ctx, roster, notebooks)
         if it.reason:
             out.append(it)
             continue
@@ -393,6 +442,25 @@ def import_download(path: Path, notebooks: list[str], *, assignment: str = "", n
     return Imported(out, layout, title, source=str(Path(path).resolve()), roster=roster, due=due)
 
 
+def _identify_damaged(it: Item, pat, layout: str, ctx: lms.Context, roster, notebooks: list[str]) -> None:
+    try:
+        if pat is not None:
+            m = pat.match(it.src)
+            founds = [lms.Found(m.group("student_id").strip(), (m.groupdict().get("notebook") or notebooks[0])
+                                + ".ipynb")] if m else []
+        else:
+            founds = lms.parse(layout, it.container or it.src, ctx)
+    except Exception:  # noqa: BLE001 —— 只是为了在隔离行里写上学生，认不出也没关系
+        founds = []
+    if founds and founds[0].key:
+        key = founds[0].key
+        sid = roster.lookup(key) if roster is not None else key
+        it.student_id = sid or (key if STUDENT_RE.match(key) else None)
+        it.lms_key, it.name = key, founds[0].name
+        if founds[0].filename.lower().endswith(".ipynb"):
+            it.notebook = resolve_notebook(founds[0].filename[:-len(".ipynb")], notebooks)[0]
+
+
 def collect(path: Path, notebooks: list[str], name_regex: str | None = None, roster=None, **kw) -> list[Item]:
     """``import_download`` 的简写：只要文件列表。"""
     return import_download(path, notebooks, name_regex=name_regex, roster=roster, **kw).items
@@ -400,7 +468,8 @@ def collect(path: Path, notebooks: list[str], name_regex: str | None = None, ros
 
 # ----------------------------------------------------------------------------- 导入结果的副本
 ITEM_FIELDS = ["src", "mtime", "student_id", "notebook", "reason", "notes", "skip", "container", "lms_key", "name",
-               "order", "lms_late", "upload", "late"]
+               "order", "lms_late", "upload", "late", "damaged", "layout", "batch"]
+ITEM_DEFAULTS = {"damaged": False, "layout": "", "batch": 0}  # 旧版本存的副本里没有这些
 
 
 def _iso(t: dt.datetime | None) -> str | None:
@@ -426,7 +495,7 @@ def save_import(ws: Path, imp: Imported) -> None:
         recs.append(rec)
     meta = {"layout": imp.layout, "title": imp.title, "source": imp.source, "due": _iso(imp.due),
             "due_from_option": imp.due_from_option, "roster": imp.roster.to_json() if imp.roster else None,
-            "items": recs}
+            "batches": imp.batches, "items": recs}
     (tmp / "manifest.json").write_text(json.dumps(meta, ensure_ascii=False, indent=1), encoding="utf-8")
     shutil.rmtree(final, ignore_errors=True)
     tmp.rename(final)
@@ -440,7 +509,7 @@ def load_import(ws: Path) -> Imported:
         raise InputError(f"没有找到上次 grade 导入的副本（{d}）：请先运行 grade") from None
     items = []
     for rec in meta["items"]:
-        it = Item(**{f: rec[f] for f in ITEM_FIELDS}, data=b"", time=_from_iso(rec["time"]),
+        it = Item(**{f: rec.get(f, ITEM_DEFAULTS.get(f)) for f in ITEM_FIELDS}, data=b"", time=_from_iso(rec["time"]),
                   submitted_at=_from_iso(rec["submitted_at"]))
         it.order = tuple(it.order)
         if rec.get("file"):
@@ -449,10 +518,11 @@ def load_import(ws: Path) -> Imported:
         items.append(it)
     roster = roster_mod.Roster.from_json(meta["roster"]) if meta["roster"] else None
     return Imported(items, meta["layout"], meta["title"], meta["source"], roster, _from_iso(meta["due"]),
-                    meta["due_from_option"])
+                    meta["due_from_option"], meta.get("batches") or [])
 
 
 def parse_due(text: str) -> dt.datetime:
+    """--due：不带时区时按课程的时区（pyproject.toml 的 [tool.course] timezone）理解，不按评分机器的时区。"""
     from dateutil import parser as dateparser
     try:
         return lms.local(dateparser.parse(text))
@@ -460,31 +530,118 @@ def parse_due(text: str) -> dt.datetime:
         raise InputError(f"--due 看不懂：{text!r}（写成 2024-03-01 23:59，或带时区 2024-03-01T23:59+08:00）") from None
 
 
+# ----------------------------------------------------------------------------- 分批评分
+def _newer(new: Item, old: Item) -> bool:
+    """同一学生同一 notebook，这次下载的和之前导入的哪份更新：两边都有 LMS 的提交时间时比时间，
+    否则这次的下载更新（它是后下载的）。"""
+    if new.time and old.time and new.time != old.time:
+        return new.time > old.time
+    return True
+
+
+def merge_batches(previous: Imported, imp: Imported, roster) -> dict:
+    """把之前导入的结果并进这次的导入：这次没有的学生和 notebook 照旧保留；两边都有的评更新的那份；
+    之前隔离的文件（这次没有同一个学生同一 notebook 的可评分提交）也保留。返回给助教看的计数。"""
+    kept_new = {(it.student_id, it.notebook): it for it in imp.items if it.reason is None}
+    new_srcs = {it.src for it in imp.items}
+    carried, replaced, kept_old = 0, 0, 0
+    extra: list[Item] = []
+    for it in previous.items:
+        if it.skip:
+            continue
+        if roster is not None and it.student_id and it.student_id not in roster.names:
+            # 之前没给名单（或给的是另一份）：LMS 编号换成学号
+            sid = roster.lookup(it.student_id) or (roster.lookup(it.lms_key) if it.lms_key else None)
+            if sid:
+                it.student_id = sid
+        key = (it.student_id, it.notebook)
+        if it.reason is None:
+            new = kept_new.get(key)
+            if new is None:
+                extra.append(it)
+                carried += 1
+            elif new.sha == it.sha:
+                continue  # 同一份文件又下载了一次
+            elif _newer(new, it):
+                new.notes.append(f"替换了之前下载（第 {it.batch} 批）里评过的 {_describe(it)}")
+                replaced += 1
+            else:
+                new.reason, new.skip = f"这次下载里的 {new.src} 比之前下载（第 {it.batch} 批）里的 {it.src} 旧，评的是之前那份", True
+                kept_new[key] = it
+                extra.append(it)
+                kept_old += 1
+        elif it.src not in new_srcs and key not in kept_new:
+            extra.append(it)
+    imp.items += extra
+    return {"carried": carried, "replaced": replaced, "kept_old": kept_old}
+
+
 def gather(opts, notebooks: list[str], ws: Path, due_in_gradebook: dt.datetime | None = None) -> Imported:
     """grade：读名单、导入下载、存副本；feedback（opts.reuse_import）：读上次存的副本。都向助教说明用的是什么。"""
     say = (lambda *a: None) if opts.quiet else (lambda *a: print(*a, file=sys.stderr))
+    lms.use_timezone(lms.course_timezone(getattr(opts, "course_root", ".")))
     if opts.reuse_import:
         imp = load_import(ws)
         n = sum(it.reason is None for it in imp.items)
-        say(f"反馈：重用上次 grade 导入的 {n} 份 notebook（副本在 {ws / 'imported'}，布局：{imp.title}；"
+        batches = f"，{len(imp.batches)} 次下载合在一起" if len(imp.batches) > 1 else ""
+        say(f"反馈：重用上次 grade 导入的 {n} 份 notebook（副本在 {ws / 'imported'}{batches}，布局：{imp.title}；"
             f"原来的下载 {imp.source} 不再读取）" + _roster_and_due(imp))
         return imp
+    previous = None
+    had_import = (ws / "imported" / "manifest.json").exists()
+    if not getattr(opts, "fresh", False):
+        try:
+            previous = load_import(ws)
+        except (InputError, KeyError, TypeError):
+            previous = None
     roster = roster_mod.load(opts.roster, opts.roster_id_column) if opts.roster else None
+    roster_note = ""
+    if roster is None and previous is not None and previous.roster is not None:
+        roster = previous.roster
+        roster_note = "（沿用上次的名单）"
     due = parse_due(opts.due) if opts.due else due_in_gradebook
     imp = import_download(opts.submissions, notebooks, assignment=opts.assignment, name_regex=opts.name_regex,
                           roster=roster, lms_name=opts.lms, due=due)
     imp.due_from_option = bool(opts.due)
+    batches = list(previous.batches) if previous is not None else []
+    rerun = bool(batches) and batches[-1].get("source") == imp.source  # 同一个下载再评一次（续跑）：不算新的一批
+    batch = batches[-1]["batch"] if rerun else max([b.get("batch", 0) for b in batches] + [len(batches)]) + 1
+    for it in imp.items:
+        it.batch = batch
+    this_graded = sum(it.reason is None for it in imp.items)
+    imp.batches = batches[:-1] if rerun else batches
+    imp.batches.append({"batch": batch, "source": imp.source, "files": this_graded, "layout": imp.layout,
+                        "time": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")})
+    merged = merge_batches(previous, imp, roster) if previous is not None else None
+    if merged is not None:
+        _mark_late(imp.items, due, lms.label(imp.title))
     save_import(ws, imp)
     graded = [it for it in imp.items if it.reason is None]
     held = sum(bool(it.reason) and not it.skip for it in imp.items)
-    say(f"识别为 {imp.title}：{len(graded)} 份 notebook，{len({it.student_id for it in graded})} 名学生；"
+    damaged = sum(it.damaged for it in imp.items if it.batch == batch)
+    say(f"识别为 {imp.title}：这次的下载 {this_graded} 份 notebook，"
+        f"{len({it.student_id for it in imp.items if it.reason is None and it.batch == batch})} 名学生；"
         f"隔离 {held} 个文件；不算提交的 {sum(it.skip for it in imp.items)} 个（系统文件、LMS 回执、较早的版本）"
-        + _roster_and_due(imp))
-    if roster and not graded and any((it.reason or "").startswith("名单里没有") for it in imp.items):
-        say(f"注意：名单 {roster.source} 里一个 {lms.label(imp.title)} 编号也对不上。{lms.label(imp.title)} 的下载里是它自己的"
-            "编号：请用 LMS 导出的成绩表当名单（Canvas 成绩册导出、Moodle 评分工作表、Blackboard 成绩中心文件，"
-            "它们有学号和 LMS 编号两列），或者不给名单。")
-    if imp.due is not None and graded and not any(it.time for it in graded) and imp.layout != "canvas":
+        + _roster_and_due(imp) + roster_note)
+    if damaged:
+        say(f"注意：下载里有 {damaged} 个文件损坏了、读不出来（已隔离，grades.csv 的 detail 写了是哪些）："
+            "请从 LMS 重新下载；其余文件照常评分。")
+    if merged is not None and len(imp.batches) > 1:
+        say(f"分批评分：这是第 {batch} 次下载{'（和上次是同一个下载：接着评）' if rerun else ''}；之前下载里评过的 {merged['carried']} 份"
+            f"（这次的下载里没有它们）照旧保留，{merged['replaced']} 份换成了这次下载里更新的版本"
+            + (f"，{merged['kept_old']} 份之前的版本更新、保留" if merged["kept_old"] else "")
+            + f"。现在一共 {len(graded)} 份 notebook、{len({it.student_id for it in graded})} 名学生。"
+            "要从头开始（忘掉之前导入的下载）：加 --fresh。")
+    elif getattr(opts, "fresh", False) and had_import:
+        say("--fresh：之前导入的下载已忘掉，grades.csv、反馈和导出只含这次的下载。gradebook.db 里之前的分数和人工分"
+            "没有删除（formgrader 里还看得到）；要彻底重来，请先备份并删除 gradebook.db。")
+    this = [it for it in graded if it.batch == batch]  # 这次的下载里能评的
+    if roster and not this and any((it.reason or "").startswith("名单里没有") for it in imp.items if it.batch == batch):
+        say(f"注意：这次下载里的编号在名单里一个也对不上（名单：{roster.describe()}）。先看名单的学号列对不对"
+            f"（不对时用 --roster-id-column 列名 指定）；对的话，{lms.label(imp.title)} 的下载里是它自己的编号：请用 LMS 导出的"
+            "成绩表当名单（Canvas 成绩册导出、Moodle 评分工作表、Blackboard 成绩中心文件，它们有学号和 LMS 编号两列），"
+            "或者不给名单。")
+    if imp.due is not None and this and not any(it.time for it in this) and imp.layout != "canvas":
         say(f"注意：{lms.label(imp.title)} 的下载里没有提交时间，没法按截止时间判断迟交。")
     return imp
 
@@ -492,10 +649,10 @@ def gather(opts, notebooks: list[str], ws: Path, due_in_gradebook: dt.datetime |
 def _roster_and_due(imp: Imported) -> str:
     text = ""
     if imp.roster:
-        r = imp.roster
-        text += f"；名单：{r.source}（{r.kind}，学号列“{r.id_column or '第 1 列'}”，{len(r.ids)} 名学生）"
+        text += f"；名单：{imp.roster.describe()}"
     if imp.due:
-        text += f"；截止时间 {lms.show_time(imp.due)}（{'--due' if imp.due_from_option else 'gradebook 里的 duedate'}）"
+        text += (f"；截止时间 {lms.show_time(imp.due, zone=True)}"
+                 f"（{'--due' if imp.due_from_option else 'gradebook 里的 duedate'}）")
     return text
 
 

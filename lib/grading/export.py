@@ -72,9 +72,12 @@ class Students:
     """我们的学生编号和 LMS 文件里各种写法（LMS 编号、用户名、邮箱、学号……）之间的对应。"""
 
     def __init__(self, results: dict, imported: collect_mod.Imported | None):
-        self.results = results
         self.imported = imported
         self.kept = [it for it in imported.items if it.reason is None] if imported else []
+        if self.kept:  # 只导出导入过的（所有批次合在一起的）学生：--fresh 之前 gradebook 里的旧成绩不算
+            ours = {it.student_id for it in self.kept}
+            results = {sid: r for sid, r in results.items() if sid in ours}
+        self.results = results
         self.index: dict = {}
         for sid in results:
             names = {sid.lower()} | {it.lms_key.lower() for it in self.kept if it.student_id == sid and it.lms_key}
@@ -91,6 +94,15 @@ class Students:
                 for v in identity_values(hn, table.cell(row, i)) if table.cell(row, i) else []:
                     found |= self.index.get(v.lower(), set())
         return found.pop() if len(found) == 1 else None
+
+    def handed_in(self, sid: str) -> set | None:
+        """这个学生交了（评过）的 notebook；不知道时（没有导入记录）None。"""
+        return {it.notebook for it in self.kept if it.student_id == sid} if self.kept else None
+
+    def not_handed_in(self, sid: str, notebooks: list) -> list:
+        """没交的 notebook：gradebook 里它们也有一个 0 分，但那不是交了得 0 分。"""
+        got = self.handed_in(sid)
+        return [] if got is None else [nb for nb in notebooks if nb not in got]
 
     def pending(self, sid: str) -> bool:
         """交了的 notebook 里还有待人工评分的单元格（没交的 notebook 在 gradebook 里也记着“待评分”，不算）。"""
@@ -161,17 +173,19 @@ def _scale(lms_max: float | None, max_total: float, what: str, notes: list) -> f
 
 def fill_moodle(table: Table, students: Students, max_total: float, comments: bool, notebooks: list,
                 notes: list) -> set:
-    idc = table.col("Identifier") if table.col("Identifier") is not None else table.col("标识符")
-    gi = table.col("Grade") if table.col("Grade") is not None else table.col("成绩")
+    first = lambda *names: next((table.col(n) for n in names if table.col(n) is not None), None)  # noqa: E731
+    idc = first("Identifier", "标识符", "識別碼")   # 中文界面的 Moodle 导出的工作表表头是中文
+    gi = first("Grade", "成绩", "成績")
     if idc is None or gi is None:
         raise InputError(f"{Path(table.source).name} 不像 Moodle 的评分工作表（要有 Identifier 和 Grade 两列；"
                          f"有的是：{'、'.join(map(str, table.header))}）")
-    mi = table.col("Maximum Grade")
-    fi = table.col("Feedback comments")
+    mi = first("Maximum Grade", "最高成绩", "最高分", "最高成績")
+    fi = first("Feedback comments", "反馈评语", "回饋評語")
     if comments and fi is None:
-        table.header.append("Feedback comments")
+        chinese = table.col("标识符") is not None
+        table.header.append("反馈评语" if chinese else "Feedback comments")
         fi = len(table.header) - 1
-        notes.append("工作表里没有 Feedback comments 列：新加了一列（作业要开启“反馈评语”，Moodle 才会导入它）")
+        notes.append(f"工作表里没有 {table.header[fi]} 列：新加了一列（作业要开启“反馈评语”，Moodle 才会导入它）")
     _pad(table)
     done = set()
     for r in table.rows:
@@ -183,7 +197,9 @@ def fill_moodle(table: Table, students: Students, max_total: float, comments: bo
         scale = _scale(lms_max, max_total, "Moodle 的 Maximum Grade", notes if not done else [])
         r[gi] = f"{res.total * scale:.2f}"
         if comments:
-            parts = [f"{nb}：{fmt(res.notebooks.get(nb, 0))} 分" for nb in notebooks if nb in res.notebooks]
+            absent = set(students.not_handed_in(sid, notebooks))
+            parts = [f"{nb}：未交" if nb in absent else f"{nb}：{fmt(res.notebooks.get(nb, 0))} 分"
+                     for nb in notebooks if nb in res.notebooks]
             if res.penalty:
                 parts.append(f"迟交扣分 {fmt(res.penalty)}")
             r[fi] = "；".join(parts) + "。详细反馈见反馈文件。"
@@ -213,12 +229,13 @@ def fill_blackboard(table: Table, students: Students, column: str, max_total: fl
     return done
 
 
-def _status(students: Students, sid: str) -> str:
+def _status(students: Students, sid: str, notebooks: list = ()) -> str:
     res = students.results.get(sid)
     if res is None:
         return "没有提交"
-    return "；".join(["待人工评分"] * students.pending(sid) + [f"迟交扣分 {fmt(res.penalty)}"] * bool(res.penalty)) \
-        or "完成"
+    absent = students.not_handed_in(sid, list(notebooks))
+    return "；".join(["待人工评分"] * students.pending(sid) + [f"迟交扣分 {fmt(res.penalty)}"] * bool(res.penalty)
+                    + [f"未交 {len(absent)} 个 notebook"] * bool(absent)) or "完成"
 
 
 def plain_tables(lms: str, students: Students, notebooks: list, max_total: float, column: str,
@@ -228,10 +245,13 @@ def plain_tables(lms: str, students: Students, notebooks: list, max_total: float
     res = students.results
     if lms == "csv":
         header = ["student_id", "name", *notebooks, "total", "max_total", "late_penalty", "status"]
-        rows = [[sid, students.name(sid),
-                 *[fmt(res[sid].notebooks[nb]) if sid in res and nb in res[sid].notebooks else "" for nb in notebooks],
+        def cell(sid, nb):  # 没交的 notebook 写“未交”，不写 gradebook 里的 0
+            if sid not in res or nb in students.not_handed_in(sid, notebooks):
+                return "未交"
+            return fmt(res[sid].notebooks[nb]) if nb in res[sid].notebooks else ""
+        rows = [[sid, students.name(sid), *[cell(sid, nb) for nb in notebooks],
                  fmt(res[sid].total) if sid in res else "", fmt(max_total),
-                 fmt(res[sid].penalty) if sid in res else "", _status(students, sid)] for sid in order]
+                 fmt(res[sid].penalty) if sid in res else "", _status(students, sid, notebooks)] for sid in order]
         return Table(header, rows, bom=True), False
     if lms == "canvas":
         header = ["Student", "ID", "SIS User ID", "SIS Login ID", "Section", column]
@@ -250,12 +270,13 @@ def feedback_zip(course: Path, assignment: str, lms: str, students: Students, ou
     """按 LMS 的批量反馈格式打包反馈 HTML，返回文件数。"""
     if lms not in ("moodle", "canvas"):
         raise InputError(f"{lms} 没有批量上传反馈文件的功能：把 feedback/学号/{assignment}/ 里的 HTML 发给学生")
-    if not students.imported or students.imported.layout != lms:
+    ours = [it for it in students.kept if (it.layout or students.imported.layout) == lms] if students.imported else []
+    if not ours:
         raise InputError(f"--feedback-zip 需要这次的提交是从 {lms} 下载的（文件名里的前缀是 {lms} 认学生的依据）")
     n = 0
     out.parent.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as zf:
-        for it in students.kept:
+        for it in ours:
             html = course / "feedback" / it.student_id / assignment / f"{it.notebook}.html"
             if not html.exists() or not it.upload:
                 continue
@@ -319,6 +340,11 @@ def export(course: Path, assignment: str, lms: str, template: Path | None = None
         say(f"  名单上没有成绩的学生（{len(no_grade)} 名）：" + "、".join(no_grade))
     if pending:
         say(f"  注意：{len(pending)} 名学生还有待人工评分的单元格（formgrader），写进去的分数不含这些题：" + "、".join(pending))
+    absent = {sid: students.not_handed_in(sid, notebooks) for sid in sorted(done)}
+    absent = {sid: a for sid, a in absent.items() if a}
+    if absent:
+        say(f"  没交的 notebook：{sum(map(len, absent.values()))} 个（{len(absent)} 名学生），总分里按 0 分算"
+            + ("；csv 总表里写“未交”" if lms == "csv" else "") + "，不是交了得 0 分")
     n_feedback = None
     if feedback is not None:
         n_feedback = feedback_zip(course, assignment, lms, students, Path(feedback))

@@ -141,6 +141,9 @@ def changed_answers(previous: Path, nb: dict, release: dict) -> set:
     return {gid for gid in now if before.get(gid) != now[gid]}
 
 
+OLD_COMMENT_MARK = "【这条评语是针对你之前提交的答案写的】"
+
+
 @dataclass
 class Written:
     score: float          # 扣掉迟交扣分之后
@@ -180,8 +183,16 @@ def write_scores(gb, assignment: str, student: str, notebook: str, scores: dict,
             pending += 1
     if regrade:
         notes.append("答案改过了，原来的人工分已清除，请在 formgrader 里重新评分：" + "、".join(regrade))
+    stale = []
     for comment in sn.comments:
         comment.auto_comment = "没有作答。" if comment.cell.name in unanswered else None
+        # formgrader 里写的评语是针对改之前的答案的：留着（助教可能还要参考），但在前面标明
+        if comment.cell.name in changed and comment.manual_comment and \
+                not comment.manual_comment.startswith(OLD_COMMENT_MARK):
+            comment.manual_comment = OLD_COMMENT_MARK + comment.manual_comment
+            stale.append(comment.cell.name)
+    if stale:
+        notes.append("答案改过了，formgrader 里原来的评语已标成“针对之前提交的答案”：" + "、".join(stale))
     gb.db.flush()
     gb.db.expire(sn)
     sn.late_submission_penalty = None

@@ -12,12 +12,16 @@ import datetime as dt
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 # 学生自己起的名字：汉字或字母、空格、点、连字符，不含数字和下划线（“学号_姓名”“姓名_学号”文件夹用）
 NAME = r"[^\W\d_](?:[^\W\d_]|[ .·'-])*"
 ID = r"\d[A-Za-z0-9.-]*"
 ID_NAME_RES = [re.compile(rf"^(?P<id>{ID})[ _-]+(?P<name>{NAME})$"),
-               re.compile(rf"^(?P<name>{NAME})[ _-]+(?P<id>{ID})$")]
+               re.compile(rf"^(?P<name>{NAME})[ _-]+(?P<id>{ID})$"),
+               re.compile(rf"^(?P<name>{NAME})\s*[(（]\s*(?P<id>{ID})\s*[)）]$"),   # 姓名(学号)、姓名（学号）
+               re.compile(rf"^(?P<id>{ID})\s*[(（]\s*(?P<name>{NAME})\s*[)）]$")]   # 学号(姓名)
 STUDENT_RE = re.compile(r"^[\w.@+-]+$")
 
 
@@ -36,6 +40,7 @@ class Found:
     late: bool = False                # LMS 自己的迟交标记
     upload: str = ""                  # 把反馈传回 LMS 时文件名要用的前缀
     error: str | None = None
+    note: str | None = None           # 给 detail 的说明（例如按邮箱记的学生）
 
 
 @dataclass
@@ -49,11 +54,52 @@ class Context:
     gradescope: dict | None = None
     gradescope_error: str | None = None
     nbgrader_times: dict = field(default_factory=dict)
+    usernames: dict = field(default_factory=dict)  # 名单和回执里的 LMS 用户名（小写 → 原样），拆 Blackboard 文件名用
+
+
+# ----------------------------------------------------------------------------- 课程的时区
+# 截止时间、LMS 下载里不带时区的时间都按课程所在地的时区理解，而不是评分机器的时区（服务器常是 UTC）。
+# 唯一的设置：pyproject.toml 的 [tool.course] timezone（IANA 名字，例如 "Asia/Shanghai"），没写时用 DEFAULT_TIMEZONE。
+DEFAULT_TIMEZONE = "Asia/Shanghai"
+_tz: list = [ZoneInfo(DEFAULT_TIMEZONE)]
+
+
+def course_timezone(course_root: Path | str = ".") -> ZoneInfo:
+    """读课程根目录 pyproject.toml 的 [tool.course] timezone。写错了时用中文说明。"""
+    name = DEFAULT_TIMEZONE
+    p = Path(course_root) / "pyproject.toml"
+    if p.is_file():
+        text = p.read_text(encoding="utf-8")
+        try:
+            import tomllib  # Python ≥ 3.11
+        except ModuleNotFoundError:  # Python 3.10：只要 [tool.course] 里的一个字符串
+            section = re.search(r"^\[tool\.course\]\s*$(.*?)(?=^\[|\Z)", text, re.M | re.S)
+            m = re.search(r'^\s*timezone\s*=\s*"([^"]*)"', section.group(1) if section else "", re.M)
+            name = m.group(1) if m else DEFAULT_TIMEZONE
+        else:
+            try:
+                name = tomllib.loads(text).get("tool", {}).get("course", {}).get("timezone", DEFAULT_TIMEZONE)
+            except tomllib.TOMLDecodeError as e:
+                raise InputError(f"{p} 读不懂：{e}") from None
+    try:
+        return ZoneInfo(str(name))
+    except (ZoneInfoNotFoundError, ValueError):
+        raise InputError(f"pyproject.toml 的 [tool.course] timezone = {name!r} 不是时区名（写成 \"Asia/Shanghai\" 这样的"
+                         "IANA 名字）") from None
+
+
+def use_timezone(tz: ZoneInfo) -> None:
+    """这次运行用的课程时区（collect.gather 在导入之前设置）。"""
+    _tz[0] = tz
+
+
+def timezone() -> ZoneInfo:
+    return _tz[0]
 
 
 def local(t: dt.datetime) -> dt.datetime:
-    """没有时区的时间按本机时区理解（LMS 下载里的时间是服务器当地时间，助教通常和服务器同一时区）。"""
-    return t if t.tzinfo else t.astimezone()
+    """没有时区的时间按课程的时区理解（LMS 服务器记的是当地时间）；带时区的（带 +08:00、Z 的）原样保留。"""
+    return t if t.tzinfo else t.replace(tzinfo=timezone())
 
 
 # ----------------------------------------------------------------------------- Canvas
@@ -125,11 +171,24 @@ def parse_blackboard(path: str, ctx: Context) -> list[Found]:
     if receipt:
         user, name = receipt["user"], receipt["name"]
         filename = receipt["files"].get(base) or m.group("file") or base
-    else:  # 没有回执：用户名是 "_attempt_" 前面的最后一段
+    else:  # 没有回执：“作业名_用户名”——作业名和用户名里都可能有下划线
         head = m.group("base")[:-len("_attempt_") - len(m.group("ts"))]
-        user, name = head.rsplit("_", 1)[-1], ""
-        filename = m.group("file") or base
+        user, note = split_bb_user(head, ctx)
+        name, filename = "", m.group("file") or base
+        return [Found(user, filename, name=name, time=t, note=note)]
     return [Found(user, filename, name=name, time=t)]
+
+
+def split_bb_user(head: str, ctx: Context) -> tuple[str, str | None]:
+    """“作业名_用户名” 里的用户名：名单（或别的回执）里有的、最长的结尾；都没有时是最后一段，并说明。"""
+    parts = head.split("_")
+    for k in range(len(parts)):  # 从最长的结尾试起
+        cand = "_".join(parts[k:])
+        if cand.lower() in ctx.usernames:
+            return ctx.usernames[cand.lower()], None
+    user = parts[-1]
+    return user, (f"Blackboard 的这次尝试没有回执（.txt），用户名按文件名最后一段认作 {user}；用户名里有下划线时"
+                  "请用 --roster 给成绩中心文件或名单（有 Username 列），就能认对") if len(parts) > 1 else None
 
 
 # ----------------------------------------------------------------------------- Gradescope
@@ -167,7 +226,9 @@ def parse_gradescope(path: str, ctx: Context) -> list[Found]:
     if not rec or not rec["submitters"]:
         return [Found(None, filename, error=f"submission_metadata.yml 里没有 {m.group('sub')}")]
     return [Found(sid or None, filename, name=name, time=rec["time"],
-                  error=None if sid else f"{m.group('sub')} 的提交者 {name} 没有 SID")
+                  error=None if sid else f"{m.group('sub')} 的提交者 {name} 没有 SID，也没有邮箱",
+                  note=(f"Gradescope 里提交者 {name} 没有 SID，按邮箱 {sid} 记；给 --roster（有邮箱列的名单）"
+                        "可以换成学号") if "@" in (sid or "") else None)
             for sid, name in rec["submitters"]]
 
 
@@ -218,6 +279,11 @@ def parse_folders(path: str, ctx: Context) -> list[Found]:
     m = re.match(rf"^(?P<id>{ID})[ _-]+(?P<rest>.+)$", stem)
     if m and ctx.resolve(m.group("rest"))[0]:                   # 学号_NOTEBOOK.ipynb
         return [Found(m.group("id"), m.group("rest") + path[len(stem):])]
+    for rx in (rf"^(?P<id>{ID})[ _-]+(?P<name>{NAME}?)[ _-]+(?P<rest>.+)$",    # 学号_姓名_NOTEBOOK、学号-姓名-NOTEBOOK
+               rf"^(?P<name>{NAME}?)[ _-]+(?P<id>{ID})[ _-]+(?P<rest>.+)$"):   # 姓名_学号_NOTEBOOK
+        m = re.match(rx, stem)
+        if m and ctx.resolve(m.group("rest"))[0]:
+            return [Found(m.group("id"), m.group("rest") + path[len(stem):], name=m.group("name").strip())]
     if len(ctx.notebooks) == 1:                                 # 单 notebook 作业：学号.ipynb、学号_姓名.ipynb
         sid, name = split_id_name(stem)
         return [Found(sid, ctx.notebooks[0] + path[len(stem):], name=name,
@@ -257,5 +323,11 @@ def how_late(delta: dt.timedelta) -> str:
     return " ".join(parts) or f"{s} 秒"
 
 
-def show_time(t: dt.datetime) -> str:
-    return t.astimezone().strftime("%Y-%m-%d %H:%M")
+def show_time(t: dt.datetime, zone: bool = False) -> str:
+    """按课程的时区显示；zone=True 时写出时区（截止时间的横幅用）。"""
+    t = t.astimezone(timezone())
+    text = t.strftime("%Y-%m-%d %H:%M")
+    if zone:
+        off = t.strftime("%z")
+        text += f"（{timezone().key}，UTC{off[:3]}:{off[3:]}）"
+    return text

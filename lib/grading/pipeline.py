@@ -18,11 +18,12 @@ import queue
 import re
 import secrets
 import shutil
+import signal
 import sys
 import tempfile
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import CancelledError, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,7 +31,7 @@ from . import collect as collect_mod
 from . import gradebook_io, repair, report, runner, sandbox
 
 HERE = Path(__file__).resolve().parent
-STATUS_ORDER = ["ok", "repaired", "timeout", "crashed", "suspect", "quarantined", "missing", "error"]
+STATUS_ORDER = ["ok", "repaired", "timeout", "crashed", "suspect", "quarantined", "missing", "error", "interrupted"]
 FAKE_PASS_RE = re.compile(r"(测试通过|全部通过|所有测试|通过了所有|tests? passed|all tests|满分|✓|✔|\bPASS\b)",
                           re.IGNORECASE)
 CSV_FIELDS = ["student_id", "notebook", "score", "max_score", "status", "detail"]
@@ -57,6 +58,7 @@ class Options:
     feedback: bool = True
     progress: bool = True
     quiet: bool = False
+    fresh: bool = False                # 忘掉之前导入的下载（分批评分从头开始）；默认新的下载并进之前的
 
 
 @dataclass
@@ -369,7 +371,11 @@ def run(opts: Options) -> list[Row]:
     hide = [Path(opts.submissions).resolve()]
     if Path(opts.submissions).is_file():
         hide = [Path(opts.submissions).resolve().parent]
-    scratch_base = Path(tempfile.mkdtemp(prefix="lecture07-grading-"))
+    stale = clean_stale_scratch()
+    if stale:
+        say(f"清理了 {stale} 个上次评分被强制结束（kill -9、断电）后留下的临时文件夹。")
+    scratch_base = Path(tempfile.mkdtemp(prefix=SCRATCH_PREFIX))
+    (scratch_base / "owner.pid").write_text(str(os.getpid()), encoding="utf-8")
     if sandbox.is_under(scratch_base, course):
         raise SystemExit("临时目录在课程目录里面（TMPDIR），请把 TMPDIR 设到课程目录之外。")
     slots: queue.Queue = queue.Queue()
@@ -395,6 +401,8 @@ def run(opts: Options) -> list[Row]:
             seed = SEED
             slot = slots.get()
             try:
+                if sandbox.STOP.is_set():  # Ctrl-C 之后还没开始的：不再执行
+                    raise sandbox.Interrupted()
                 ex = execute_submission(repaired, auto_gids, opts, slot, scratch_base, probes_source, seed,
                                         use_bwrap, hide, forkserver)
             finally:
@@ -412,26 +420,43 @@ def run(opts: Options) -> list[Row]:
     # 线程数是槽位数的两倍：一个线程在判分、整理结果时，另一个已经修复好下一份、等着槽位，
     # 沙箱之间几乎没有空档（同时执行的提交仍然只有 jobs 份，由 slots 限制）
     pool = ThreadPoolExecutor(max_workers=2 * max(1, opts.jobs))
+    sandbox.STOP.clear()
+    ctrlc = CtrlC().__enter__()  # 第一次 Ctrl-C 只结束沙箱、不再开始新的；评完的照常写进 gradebook 和 grades.csv
     futs = [pool.submit(work, it) for it in todo]  # 执行先开始，gradebook 在后台准备
+    interrupted = False
     try:
-        _gradebook_ready()
+        try:
+            _gradebook_ready()
+        except KeyboardInterrupt:  # Ctrl-C 时 gradebook 还在准备：结束沙箱，等它准备好，把评完的写进去
+            interrupted = True
+            sandbox.STOP.set()
+            for f in futs:
+                f.cancel()
+            say("\n正在中断：结束正在运行的沙箱，保存已经评完的……")
+            _gradebook_ready()
     except BaseException:
+        sandbox.STOP.set()  # Ctrl-C 或 gradebook 出错：已经开始的沙箱马上结束
         for f in futs:
             f.cancel()
-        pool.shutdown(wait=True)
+        pool.shutdown(wait=True, cancel_futures=True)
+        forkserver is not None and forkserver.close()
+        shutil.rmtree(scratch_base, ignore_errors=True)
+        ctrlc.__exit__()
         raise
     gb = gradebook_io.open_gradebook(db_url)
     late_penalties = gradebook_io.late_penalties(course)
     uncommitted = 0
     bar = None
-    if opts.progress and not opts.quiet and todo:
+    if opts.progress and not opts.quiet and todo and not interrupted:
         from tqdm.auto import tqdm
         bar = tqdm(total=len(todo), desc="评分", unit="份", file=sys.stderr, dynamic_ncols=True)
     try:
-        with pool:
+        try:
             for fut in as_completed(futs):
                 try:
                     it, repaired, rnotes, state, verdict, agnb, unanswered = fut.result()
+                except (sandbox.Interrupted, CancelledError):  # Ctrl-C 之后没评完的：下次运行再评
+                    continue
                 except Exception as e:  # 一份出错不影响其他；不记分、不存执行结果，下次运行会重评
                     idx = futs.index(fut)
                     it = todo[idx]
@@ -484,7 +509,23 @@ def run(opts: Options) -> list[Row]:
                                 len(verdict["blank"])))
                 if bar:
                     bar.update(1)
+        except KeyboardInterrupt:  # Ctrl-C：结束正在运行的沙箱，保留评完的，马上写 grades.csv
+            interrupted = True
+            sandbox.STOP.set()
+            for f in futs:
+                f.cancel()
+            if bar:
+                bar.close()
+                bar = None
+            say("\n正在中断：结束正在运行的沙箱，保存已经评完的……")
+        except BaseException:
+            sandbox.STOP.set()
+            raise
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
     finally:
+        ctrlc.__exit__()
+        interrupted = interrupted or ctrlc.hit
         if bar:
             bar.close()
         try:
@@ -494,17 +535,100 @@ def run(opts: Options) -> list[Row]:
         if forkserver is not None:
             forkserver.close()
         shutil.rmtree(scratch_base, ignore_errors=True)
-    if roster is not None:
-        have = {(r.student_id, r.notebook) for r in rows if r.status != "quarantined"}
-        for sid in sorted(roster):
-            for nbname in notebooks:
-                if (sid, nbname) not in have:
-                    rows.append(Row(sid, nbname, 0.0, None, "missing", "没有提交"))
+    if interrupted:
+        done_keys = {(r.student_id, r.notebook) for r in rows}
+        for it in todo:
+            if (it.student_id, it.notebook) not in done_keys:
+                rows.append(Row(it.student_id, it.notebook, None, None, "interrupted",
+                                "评分被中断（Ctrl-C），这份还没有评：再运行同一个命令会接着评"))
+    rows += missing_rows(rows, roster, notebooks)
     rows.sort(key=lambda r: (r.student_id == "", r.student_id, r.notebook, r.status, r.detail))
     write_csv(course / "grades.csv", rows)
+    if interrupted:
+        done = sum(r.status not in ("interrupted", "missing", "quarantined") for r in rows)
+        left = sum(r.status == "interrupted" for r in rows)
+        print(f"已中断：评完的 {done} 份已经保存（gradebook、反馈、grades.csv），还有 {left} 份没有评"
+              "（grades.csv 里 status 为 interrupted）。", file=sys.stderr)
+        raise KeyboardInterrupt
     if not opts.quiet:
         print(summary(rows, time.monotonic() - t0, use_bwrap))
     return rows
+
+
+class CtrlC:
+    """评分期间的 Ctrl-C（SIGINT）：第一次不打断主线程正在写的那一份，只让正在运行的沙箱在半秒内结束、
+    不再开始新的（sandbox.STOP），评完的照常写进 gradebook、反馈和 grades.csv；再按一次立刻中断。"""
+
+    def __init__(self):
+        self.hit = False
+        self.old = None
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            self.old = signal.signal(signal.SIGINT, self._handler)
+        return self
+
+    def _handler(self, signum, frame):
+        if self.hit:
+            raise KeyboardInterrupt
+        self.hit = True
+        sandbox.STOP.set()
+        try:  # 信号处理函数里不用 print（主线程可能正在往 stderr 写）
+            os.write(2, "\n正在中断：结束正在运行的沙箱，保存已经评完的……（再按一次 Ctrl-C 立刻退出）\n".encode())
+        except OSError:
+            pass
+
+    def __exit__(self, *exc):
+        if self.old is not None:
+            signal.signal(signal.SIGINT, self.old)
+            self.old = None
+
+
+SCRATCH_PREFIX = "lecture07-grading-"
+
+
+def clean_stale_scratch(base: Path | None = None) -> int:
+    """上次评分被 kill -9 或断电时留下的临时文件夹（/tmp/lecture07-grading-*）：记下的评分进程已经不在了就删掉。
+    没有 owner.pid 的（更早版本留下的）超过一小时才删。返回删了几个。"""
+    base = Path(base or tempfile.gettempdir())
+    n = 0
+    for d in base.glob(SCRATCH_PREFIX + "*"):
+        try:
+            if not d.is_dir() or d.stat().st_uid != os.geteuid():
+                continue
+            owner = d / "owner.pid"
+            if owner.exists():
+                try:
+                    os.kill(int(owner.read_text().strip()), 0)
+                    continue  # 那次评分还在运行
+                except ProcessLookupError:
+                    pass
+                except (ValueError, PermissionError):
+                    continue
+            elif time.time() - d.stat().st_mtime < 3600:
+                continue
+        except OSError:
+            continue
+        shutil.rmtree(d, ignore_errors=True)
+        n += not d.exists()
+    return n
+
+
+def missing_rows(rows: list[Row], roster, notebooks: list[str]) -> list[Row]:
+    """没交的 notebook：名单上的每个学生、以及交了别的 notebook 的学生，缺哪个 notebook 就加一行 missing，
+    score 留空——没交不是交了得 0 分（导出里也写“未交”）。"""
+    have = {(r.student_id, r.notebook) for r in rows if r.status != "quarantined"}
+    held = {(r.student_id, r.notebook) for r in rows if r.status == "quarantined"}
+    handed = {r.student_id for r in rows if r.student_id and r.status != "quarantined"}
+    out = []
+    for sid in sorted(set(roster or ()) | handed):
+        for nbname in notebooks:
+            if (sid, nbname) in have:
+                continue
+            why = ("没有可评分的提交：这个 notebook 的文件进了隔离区（见同一学生的 quarantined 行）"
+                   if (sid, nbname) in held else "没有提交" if sid not in handed else "没有提交这个 notebook（交了别的）")
+            out.append(Row(sid, nbname, None, None, "missing", why))
+    return out
 
 
 def write_csv(path: Path, rows: list[Row]) -> None:
@@ -526,6 +650,10 @@ def summary(rows: list[Row], seconds: float, use_bwrap: bool) -> str:
     lines = [f"评分完成：{len(rows)} 行，用时 {seconds:.1f} 秒" + ("" if use_bwrap else "（未使用 bwrap 沙箱）")]
     lines.append("状态：" + "，".join(f"{k} {counts[k]}" for k in sorted(counts, key=lambda k: (
         STATUS_ORDER.index(k) if k in STATUS_ORDER else 99, k))))
+    missing = [r for r in rows if r.status == "missing"]
+    if missing:
+        lines.append(f"没交的 notebook：{len(missing)} 个（{len({r.student_id for r in missing})} 名学生），"
+                     "grades.csv 里 status 为 missing、score 留空（不是 0 分），导出里写“未交”。")
     blank = [r.blank_written for r in rows if r.blank_written]
     if blank:
         lines.append(f"没作答的文字题：{sum(blank)} 个（{len(blank)} 份提交），已自动记 0 分，formgrader 里不用再打开。")

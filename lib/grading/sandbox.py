@@ -180,6 +180,14 @@ def kernel_env(scratch: Path | None) -> dict:
     }
 
 
+# Ctrl-C：评分进程设置它，正在运行的沙箱在半秒之内被杀掉（execute 抛出 Interrupted，不留执行结果）
+STOP = threading.Event()
+
+
+class Interrupted(Exception):
+    """评分被中断（Ctrl-C）：这份提交没有评完，不存执行结果，下次运行重新执行。"""
+
+
 class SandboxError(Exception):
     """沙箱里的内核没能启动（学生代码一行也没运行）：评分环境的问题，不是学生的。"""
 
@@ -307,6 +315,8 @@ def execute(nb: dict, *, course_root: Path, scratch_base: Path, hide: list[Path]
     """执行 notebook 的全部代码单元格，再在同一个内核里运行探针。control 是学生单元格跑完后才发送的控制消息
     （nonce、seed、probes_source、grade_ids）。forkserver：有 bwrap 时，内核由预先导入好库的模板 fork 出来
     （见 ForkServer），否则启动全新的 Python。"""
+    if STOP.is_set():
+        raise Interrupted()
     res = ExecResult()
     t_start = time.monotonic()
     scratch = prepare_scratch(scratch_base, course_root, nb)
@@ -315,6 +325,9 @@ def execute(nb: dict, *, course_root: Path, scratch_base: Path, hide: list[Path]
     drop_uid = -1
     if is_root and ((use_bwrap and bwrap_can_drop_uid()) or (not use_bwrap and _python_readable_by_others())):
         drop_uid = RUN_UID_BASE + slot
+        if not use_bwrap:  # 降权的内核要能进到 work/：上面两级是 mkdtemp 建的 0700 目录（只开“可进入”，不能列目录）
+            for d in (Path(scratch_base), scratch):
+                os.chmod(d, 0o711)
         for dirpath, dirnames, filenames in os.walk(work):
             os.chown(dirpath, drop_uid, drop_uid)
             for fn in filenames:
@@ -398,6 +411,7 @@ def execute(nb: dict, *, course_root: Path, scratch_base: Path, hide: list[Path]
     got_done = False
     cells_done = False
     killed = False
+    interrupted = False
 
     def kill():
         try:
@@ -408,6 +422,10 @@ def execute(nb: dict, *, course_root: Path, scratch_base: Path, hide: list[Path]
     try:
         while True:
             now = time.monotonic()
+            if STOP.is_set():
+                interrupted = killed = True
+                kill()
+                break
             if cell_started is not None and now - cell_started[1] > limits.cell_timeout + limits.grace:
                 res.fail_cell = cell_started[0]
                 res.killed_for_timeout = True
@@ -503,6 +521,8 @@ def execute(nb: dict, *, course_root: Path, scratch_base: Path, hide: list[Path]
         except OSError:
             pass
         shutil.rmtree(scratch, ignore_errors=True)
+    if interrupted:
+        raise Interrupted()
     if "ready" not in res.timings and not killed:
         raise SandboxError(res.stderr_tail.strip()[-300:] or f"退出码 {proc.returncode}")
     if not got_done and not killed:
