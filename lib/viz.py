@@ -73,7 +73,8 @@ def vs_lecture(ours, lecture, *, tol, columns=None, fmt=".3f", title=None, row_h
 
     ours、lecture：{行名: 一个数 或 每列一个数的列表}。lecture 里的 None 表示讲义没给（显示 —，不检查）；
     ours 里没有的行、或者值为 None 的格子也显示 —。
-    tol：绝对容差（一个数，或每列一个）。tol="exact" 表示按 fmt 格式化之后逐字相同，
+    tol：绝对容差（一个数，或每列一个；也可以是 {行名: 一个数 或 每列一个}，每行各自的容差，
+    例如按每一格的蒙特卡罗标准误定容差）。tol="exact" 表示按 fmt 格式化之后逐字相同，
     也就是“在讲义给出的精度上完全一致”，用于确定性的数（公式、计数、不含随机性的演示）。
     fmt：格式（一个，或每列一个），例如 ".3f"、".1%"、",d"。
     只有一列时表头是 [行名, 讲义, 我们, 差]；多列时每个行名占两行（讲义、我们）。返回 Table。
@@ -84,20 +85,25 @@ def vs_lecture(ours, lecture, *, tol, columns=None, fmt=".3f", title=None, row_h
     labels = list(dict.fromkeys([*lecture, *ours]))
     n_cols = max(len(cells(v)) for v in [*lecture.values(), *ours.values()])
     per_col = lambda x: list(x) if isinstance(x, (list, tuple)) else [x] * n_cols
-    fmts, tols = per_col(fmt), per_col(tol)
+    fmts = per_col(fmt)
+    tols_of = ((lambda label: per_col(tol[label]) if label in tol else [None] * n_cols) if isinstance(tol, dict)
+               else (lambda label, t=per_col(tol): t))
     show = lambda v, f: "—" if v is None else format(v, f)
 
     problems = []
     for label in labels:
         mine, theirs = cells(ours.get(label, [None] * n_cols)), cells(lecture.get(label, [None] * n_cols))
+        tols = tols_of(label)
         for j, (a, b) in enumerate(zip(mine, theirs)):
             if a is None or b is None:
                 continue
+            if tols[j] is None:
+                raise ValueError(f"tol 里没有行 {label!r} 的容差")
             ok = show(a, fmts[j]) == show(b, fmts[j]) if tols[j] == "exact" else abs(a - b) <= tols[j]
             if not ok:
                 where = f"{label}" + (f"，{columns[j]}" if columns and n_cols > 1 else "")
                 problems.append(f"{where}：我们 {show(a, fmts[j])}，讲义 {show(b, fmts[j])}"
-                                f"（容差 {'逐位相同' if tols[j] == 'exact' else tols[j]}）")
+                                f"（容差 {'逐位相同' if tols[j] == 'exact' else format(tols[j], '.4g')}）")
 
     if n_cols == 1:
         rows = []

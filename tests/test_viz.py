@@ -36,3 +36,13 @@ def test_percent_format_and_per_column_tolerance():
     table = vs_lecture({"learned": [0.97, 0.90]}, {"learned": [0.958, 0.978]}, tol=[0.05, 0.1],
                        columns=[4, 6], fmt=".1%")
     assert ["learned", "ours", "97.0%", "90.0%"] in table.rows
+
+
+def test_per_row_tolerance():
+    ours, lecture = {4: [2.0, 0.50], 16: [4.0, 0.50]}, {4: [2.0, 0.49], 16: [4.0, 0.49]}
+    vs_lecture(ours, lecture, tol={4: [0.1, 0.02], 16: 0.02}, columns=["std", "max w"])  # 两行都在各自的容差内
+    with pytest.raises(AssertionError) as err:
+        vs_lecture(ours, lecture, tol={4: [0.1, 0.02], 16: [0.1, 0.005]}, columns=["std", "max w"])
+    assert "16，max w" in str(err.value) and "4，max w" not in str(err.value) and "0.005" in str(err.value)
+    with pytest.raises(ValueError, match="16"):
+        vs_lecture(ours, lecture, tol={4: 0.1}, columns=["std", "max w"])
