@@ -476,6 +476,41 @@ class TransformerLM(nn.Module):
         return [{} for _ in self.blocks]
 
 
+class MinimalTransformer(nn.Module):
+    """§4.4 的“最小”Transformer：只装了三个补丁，没有多头、残差连接和层归一化（第 6、7 节才加）。
+
+    词向量 + 正弦位置编码（补丁一）→ [因果自注意力（补丁三，1 个头）→ 逐位置前馈网络（补丁二）] × N
+    → 线性层（+ softmax 就是下一个词的概率）。输出层不和词嵌入共享。
+    forward(idx, targets) 的接口和 TransformerLM 一样，返回 LMOutput，所以 train_lm 可以直接训练它。
+    只用于第 4 节的演示；真正的模型用 TransformerLM。
+    """
+
+    def __init__(self, vocab_size: int, d_model: int = 16, n_layers: int = 2):
+        super().__init__()
+        self.tok_emb = nn.Embedding(vocab_size, d_model)
+        self.attns = nn.ModuleList(MultiHeadAttention(d_model, n_heads=1) for _ in range(n_layers))
+        self.ffns = nn.ModuleList(FeedForward(d_model) for _ in range(n_layers))
+        self.lm_head = nn.Linear(d_model, vocab_size)
+
+    def hidden_states(self, idx):
+        """idx: (B, T) → [嵌入之后, 第 1 层之后, …, 第 N 层之后]，每个 (B, T, d)。"""
+        T = idx.size(1)
+        x = self.tok_emb(idx) + sinusoidal_positions(T, self.tok_emb.embedding_dim).to(self.tok_emb.weight.device)
+        states = [x]
+        for attn, ffn in zip(self.attns, self.ffns):
+            x, _ = attn(x, mask=causal_mask(T, device=idx.device))  # 位置之间“搬运”信息，只看左边
+            x = ffn(x)  # 每个位置单独“加工”
+            states.append(x)
+        return states
+
+    def forward(self, idx, targets=None) -> LMOutput:
+        logits = self.lm_head(self.hidden_states(idx)[-1])  # (B, T, V)
+        loss = None  # 填充位置的目标是 -100，cross_entropy 默认忽略它们
+        if targets is not None:
+            loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+        return LMOutput(logits, loss, None)
+
+
 class EncoderDecoder(nn.Module):
     """编码器—解码器（§8.3）：编码器双向读源序列，解码器因果生成，并用交叉注意力看编码器。"""
 

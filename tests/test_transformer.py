@@ -381,3 +381,25 @@ def test_runs_on_cuda_when_model_is_there():
     idx = torch.randint(0, 79, (2, 10), device="cuda")
     assert model(idx, idx).loss.device.type == "cuda"
     assert generate(model, idx[:, :3], 5, seed=0).device.type == "cuda"
+
+
+def test_minimal_transformer_parts_count_and_causality():
+    from lib.transformer import MinimalTransformer
+    V, d, L = 7, 16, 2
+    torch.manual_seed(0)
+    model = MinimalTransformer(V, d_model=d, n_layers=L)
+    # 嵌入 Vd + 每层（1 头注意力 4d²+4d，前馈 8d²+5d）+ 不共享的输出层 dV+V；没有层归一化
+    assert count_parameters(model) == V * d + L * (12 * d * d + 9 * d) + d * V + V
+    assert not any(isinstance(m, nn.LayerNorm) for m in model.modules())
+    idx = torch.randint(0, V, (2, 6))
+    states = model.hidden_states(idx)
+    assert len(states) == L + 1 and all(s.shape == (2, 6, d) for s in states)
+    changed = idx.clone()
+    changed[:, -1] = (idx[:, -1] + 1) % V
+    with torch.no_grad():
+        a, b = model(idx).logits, model(changed).logits
+    assert torch.allclose(a[:, :-1], b[:, :-1], atol=1e-6) and not torch.allclose(a[:, -1], b[:, -1])
+    targets = idx.clone()
+    targets[0, -2:] = -100  # 填充位置被忽略
+    out = model(idx, targets)
+    assert out.loss is not None and torch.isfinite(out.loss)
