@@ -126,7 +126,8 @@ def rope_cos_sin(positions: torch.Tensor, head_dim: int, base: float = 10000.0):
     return angles.cos().float(), angles.sin().float()
 
 
-def apply_rope(x: torch.Tensor, positions: torch.Tensor | None = None, base: float = 10000.0):
+def apply_rope(x: torch.Tensor, positions: torch.Tensor | None = None, base: float = 10000.0,
+               pairing: str = "half"):
     """把 x 的最后一维按位置旋转（§5.4），x: (..., T, hs)。
 
     配对方式是“前一半和后一半”（GPT-NeoX、LLaMA 的写法）：第 i 维和第 i + hs/2 维组成一个平面。
@@ -134,10 +135,18 @@ def apply_rope(x: torch.Tensor, positions: torch.Tensor | None = None, base: flo
     它们只差一个固定的维度排列：把 W^Q、W^K 的输出维度按这个排列重排，两种写法就算出同样的打分。
     从头训练时这个排列被权重吸收，两种写法一样好；转换别人训练好的权重时必须重排，否则结果是错的。
     两种写法都只依赖 m - n，旋转都不改变向量长度。
+
+    pairing="half"（默认，模型里用的）：第 i 维和第 i + hs/2 维配对。
+    pairing="adjacent"：RoFormer 的写法，第 2i 维和第 2i+1 维配对（第 i 个平面同样用 θ_i）。
     """
     T, hs = x.size(-2), x.size(-1)
     if positions is None:
         positions = torch.arange(T, device=x.device)
+    if pairing == "adjacent":  # 把 (x_0, x_2, …, x_1, x_3, …) 排成前后两半，用 half 的写法转完再排回去
+        order = torch.cat([torch.arange(0, hs, 2), torch.arange(1, hs, 2)]).to(x.device)
+        return apply_rope(x[..., order], positions, base)[..., torch.argsort(order)]
+    if pairing != "half":
+        raise ValueError(f"pairing 只能是 'half' 或 'adjacent'，收到 {pairing!r}")
     cos, sin = rope_cos_sin(positions, hs, base)
     x1, x2 = x[..., : hs // 2], x[..., hs // 2 :]
     rotated = torch.cat([-x2, x1], dim=-1)  # 每个平面内转 90°：(a, b) → (-b, a)

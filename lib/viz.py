@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+import math
 
 
 class Table:
@@ -124,3 +125,38 @@ def vs_lecture(ours, lecture, *, tol, columns=None, fmt=".3f", title=None, row_h
     if problems:
         raise AssertionError("和讲义的差别超出了容差：\n" + "\n".join(problems) + "\n\n" + repr(table))
     return table
+
+
+def draw_rotation(ax, rotations, lim: float = 1.5, title: str | None = None):
+    """在 ax 上画二维旋转（§5.4 的 RoPE 图）：每个原向量画成淡色箭头，转过 φ 之后的向量画成深色箭头，
+    中间用一段虚线圆弧标出转过的角度。旋转本身由调用方算好（这个函数只画图）。
+
+    rotations：[(v, v_rotated, phi, name, color, angle_label), …]。v、v_rotated 是二维向量，phi 是转过的弧度，
+    name 是向量的名字（LaTeX，不带 $，例如 "q"），angle_label 是角度的写法（例如 r"4\\theta"）：
+    箭头标签是 $name$ 和 $R(angle_label)\\,name$，圆弧旁写 $angle_label$。返回 ax。
+    """
+    from matplotlib.patches import Arc
+
+    for i, (v, v_rot, phi, name, color, angle_label) in enumerate(rotations):
+        v, v_rot = [float(t) for t in v], [float(t) for t in v_rot]
+        for vec, alpha, label in ((v, 0.35, f"${name}$"), (v_rot, 1.0, rf"$R({angle_label})\,{name}$")):
+            ax.annotate("", xy=tuple(vec), xytext=(0, 0),
+                        arrowprops=dict(arrowstyle="-|>", lw=2, color=color, alpha=alpha))
+            norm = math.hypot(*vec) or 1.0
+            ax.text(vec[0] * (1 + 0.3 / norm), vec[1] * (1 + 0.3 / norm), label, color=color,
+                    ha="center", va="center", fontsize=10)
+        start = math.degrees(math.atan2(v[1], v[0]))
+        radius = 0.45 + 0.3 * i  # 每个向量的圆弧半径不同，标签不挤在一起
+        ax.add_patch(Arc((0, 0), 2 * radius, 2 * radius, theta1=start, theta2=start + math.degrees(phi),
+                         color=color, ls="--"))
+        mid = math.radians(start + math.degrees(phi) / 2)
+        ax.text(1.2 * radius * math.cos(mid), 1.2 * radius * math.sin(mid), f"${angle_label}$", color=color,
+                fontsize=9, ha="center", va="center")
+    ax.axhline(0, color="0.85", lw=0.8)
+    ax.axvline(0, color="0.85", lw=0.8)
+    ax.set_xlim(-lim, lim)
+    ax.set_ylim(-lim, lim)
+    ax.set_aspect("equal")
+    if title:
+        ax.set_title(title)
+    return ax

@@ -403,3 +403,17 @@ def test_minimal_transformer_parts_count_and_causality():
     targets[0, -2:] = -100  # 填充位置被忽略
     out = model(idx, targets)
     assert out.loss is not None and torch.isfinite(out.loss)
+
+
+def test_apply_rope_adjacent_pairing_matches_complex_rotation():
+    x = torch.randn(3, 5, 8, dtype=torch.float64)
+    pos = torch.tensor([0, 1, 7, 30, 100])
+    theta = 10000.0 ** (-torch.arange(0, 8, 2, dtype=torch.float64) / 8)  # (4,)
+    z = torch.view_as_complex(x.reshape(3, 5, 4, 2).contiguous())  # 相邻两维 (x_2i, x_2i+1) = x_2i + i·x_2i+1
+    expected = torch.view_as_real(z * torch.polar(torch.ones(5, 4, dtype=torch.float64), pos[:, None] * theta))
+    got = apply_rope(x.float(), pos, pairing="adjacent")
+    assert torch.allclose(got.double(), expected.reshape(3, 5, 8), atol=1e-5)
+    assert torch.equal(apply_rope(x.float(), pos), apply_rope(x.float(), pos, pairing="half"))  # 默认不变
+    assert not torch.allclose(got, apply_rope(x.float(), pos), atol=1e-3)  # 两种配对确实不同
+    with pytest.raises(ValueError, match="pairing"):
+        apply_rope(x.float(), pos, pairing="interleaved")
