@@ -126,7 +126,8 @@ def rope_cos_sin(positions: torch.Tensor, head_dim: int, base: float = 10000.0):
     return angles.cos().float(), angles.sin().float()
 
 
-def apply_rope(x: torch.Tensor, positions: torch.Tensor | None = None, base: float = 10000.0):
+def apply_rope(x: torch.Tensor, positions: torch.Tensor | None = None, base: float = 10000.0,
+               pairing: str = "half"):
     """把 x 的最后一维按位置旋转（§5.4），x: (..., T, hs)。
 
     配对方式是“前一半和后一半”（GPT-NeoX、LLaMA 的写法）：第 i 维和第 i + hs/2 维组成一个平面。
@@ -134,10 +135,18 @@ def apply_rope(x: torch.Tensor, positions: torch.Tensor | None = None, base: flo
     它们只差一个固定的维度排列：把 W^Q、W^K 的输出维度按这个排列重排，两种写法就算出同样的打分。
     从头训练时这个排列被权重吸收，两种写法一样好；转换别人训练好的权重时必须重排，否则结果是错的。
     两种写法都只依赖 m - n，旋转都不改变向量长度。
+
+    pairing="half"（默认，模型里用的）：第 i 维和第 i + hs/2 维配对。
+    pairing="adjacent"：RoFormer 的写法，第 2i 维和第 2i+1 维配对（第 i 个平面同样用 θ_i）。
     """
     T, hs = x.size(-2), x.size(-1)
     if positions is None:
         positions = torch.arange(T, device=x.device)
+    if pairing == "adjacent":  # 把 (x_0, x_2, …, x_1, x_3, …) 排成前后两半，用 half 的写法转完再排回去
+        order = torch.cat([torch.arange(0, hs, 2), torch.arange(1, hs, 2)]).to(x.device)
+        return apply_rope(x[..., order], positions, base)[..., torch.argsort(order)]
+    if pairing != "half":
+        raise ValueError(f"pairing 只能是 'half' 或 'adjacent'，收到 {pairing!r}")
     cos, sin = rope_cos_sin(positions, hs, base)
     x1, x2 = x[..., : hs // 2], x[..., hs // 2 :]
     rotated = torch.cat([-x2, x1], dim=-1)  # 每个平面内转 90°：(a, b) → (-b, a)
@@ -474,6 +483,41 @@ class TransformerLM(nn.Module):
     def new_kv_cache(self) -> list:
         """一个空的 KV 缓存：每层一个 dict，生成时就地填入 K、V。"""
         return [{} for _ in self.blocks]
+
+
+class MinimalTransformer(nn.Module):
+    """§4.4 的“最小”Transformer：只装了三个补丁，没有多头、残差连接和层归一化（第 6、7 节才加）。
+
+    词向量 + 正弦位置编码（补丁一）→ [因果自注意力（补丁三，1 个头）→ 逐位置前馈网络（补丁二）] × N
+    → 线性层（+ softmax 就是下一个词的概率）。输出层不和词嵌入共享。
+    forward(idx, targets) 的接口和 TransformerLM 一样，返回 LMOutput，所以 train_lm 可以直接训练它。
+    只用于第 4 节的演示；真正的模型用 TransformerLM。
+    """
+
+    def __init__(self, vocab_size: int, d_model: int = 16, n_layers: int = 2):
+        super().__init__()
+        self.tok_emb = nn.Embedding(vocab_size, d_model)
+        self.attns = nn.ModuleList(MultiHeadAttention(d_model, n_heads=1) for _ in range(n_layers))
+        self.ffns = nn.ModuleList(FeedForward(d_model) for _ in range(n_layers))
+        self.lm_head = nn.Linear(d_model, vocab_size)
+
+    def hidden_states(self, idx):
+        """idx: (B, T) → [嵌入之后, 第 1 层之后, …, 第 N 层之后]，每个 (B, T, d)。"""
+        T = idx.size(1)
+        x = self.tok_emb(idx) + sinusoidal_positions(T, self.tok_emb.embedding_dim).to(self.tok_emb.weight.device)
+        states = [x]
+        for attn, ffn in zip(self.attns, self.ffns):
+            x, _ = attn(x, mask=causal_mask(T, device=idx.device))  # 位置之间“搬运”信息，只看左边
+            x = ffn(x)  # 每个位置单独“加工”
+            states.append(x)
+        return states
+
+    def forward(self, idx, targets=None) -> LMOutput:
+        logits = self.lm_head(self.hidden_states(idx)[-1])  # (B, T, V)
+        loss = None  # 填充位置的目标是 -100，cross_entropy 默认忽略它们
+        if targets is not None:
+            loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+        return LMOutput(logits, loss, None)
 
 
 class EncoderDecoder(nn.Module):

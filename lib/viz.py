@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+import math
 
 
 class Table:
@@ -73,7 +74,8 @@ def vs_lecture(ours, lecture, *, tol, columns=None, fmt=".3f", title=None, row_h
 
     ours、lecture：{行名: 一个数 或 每列一个数的列表}。lecture 里的 None 表示讲义没给（显示 —，不检查）；
     ours 里没有的行、或者值为 None 的格子也显示 —。
-    tol：绝对容差（一个数，或每列一个）。tol="exact" 表示按 fmt 格式化之后逐字相同，
+    tol：绝对容差（一个数，或每列一个；也可以是 {行名: 一个数 或 每列一个}，每行各自的容差，
+    例如按每一格的蒙特卡罗标准误定容差）。tol="exact" 表示按 fmt 格式化之后逐字相同，
     也就是“在讲义给出的精度上完全一致”，用于确定性的数（公式、计数、不含随机性的演示）。
     fmt：格式（一个，或每列一个），例如 ".3f"、".1%"、",d"。
     只有一列时表头是 [行名, 讲义, 我们, 差]；多列时每个行名占两行（讲义、我们）。返回 Table。
@@ -84,20 +86,25 @@ def vs_lecture(ours, lecture, *, tol, columns=None, fmt=".3f", title=None, row_h
     labels = list(dict.fromkeys([*lecture, *ours]))
     n_cols = max(len(cells(v)) for v in [*lecture.values(), *ours.values()])
     per_col = lambda x: list(x) if isinstance(x, (list, tuple)) else [x] * n_cols
-    fmts, tols = per_col(fmt), per_col(tol)
+    fmts = per_col(fmt)
+    tols_of = ((lambda label: per_col(tol[label]) if label in tol else [None] * n_cols) if isinstance(tol, dict)
+               else (lambda label, t=per_col(tol): t))
     show = lambda v, f: "—" if v is None else format(v, f)
 
     problems = []
     for label in labels:
         mine, theirs = cells(ours.get(label, [None] * n_cols)), cells(lecture.get(label, [None] * n_cols))
+        tols = tols_of(label)
         for j, (a, b) in enumerate(zip(mine, theirs)):
             if a is None or b is None:
                 continue
+            if tols[j] is None:
+                raise ValueError(f"tol 里没有行 {label!r} 的容差")
             ok = show(a, fmts[j]) == show(b, fmts[j]) if tols[j] == "exact" else abs(a - b) <= tols[j]
             if not ok:
                 where = f"{label}" + (f"，{columns[j]}" if columns and n_cols > 1 else "")
                 problems.append(f"{where}：我们 {show(a, fmts[j])}，讲义 {show(b, fmts[j])}"
-                                f"（容差 {'逐位相同' if tols[j] == 'exact' else tols[j]}）")
+                                f"（容差 {'逐位相同' if tols[j] == 'exact' else format(tols[j], '.4g')}）")
 
     if n_cols == 1:
         rows = []
@@ -118,3 +125,38 @@ def vs_lecture(ours, lecture, *, tol, columns=None, fmt=".3f", title=None, row_h
     if problems:
         raise AssertionError("和讲义的差别超出了容差：\n" + "\n".join(problems) + "\n\n" + repr(table))
     return table
+
+
+def draw_rotation(ax, rotations, lim: float = 1.5, title: str | None = None):
+    """在 ax 上画二维旋转（§5.4 的 RoPE 图）：每个原向量画成淡色箭头，转过 φ 之后的向量画成深色箭头，
+    中间用一段虚线圆弧标出转过的角度。旋转本身由调用方算好（这个函数只画图）。
+
+    rotations：[(v, v_rotated, phi, name, color, angle_label), …]。v、v_rotated 是二维向量，phi 是转过的弧度，
+    name 是向量的名字（LaTeX，不带 $，例如 "q"），angle_label 是角度的写法（例如 r"4\\theta"）：
+    箭头标签是 $name$ 和 $R(angle_label)\\,name$，圆弧旁写 $angle_label$。返回 ax。
+    """
+    from matplotlib.patches import Arc
+
+    for i, (v, v_rot, phi, name, color, angle_label) in enumerate(rotations):
+        v, v_rot = [float(t) for t in v], [float(t) for t in v_rot]
+        for vec, alpha, label in ((v, 0.35, f"${name}$"), (v_rot, 1.0, rf"$R({angle_label})\,{name}$")):
+            ax.annotate("", xy=tuple(vec), xytext=(0, 0),
+                        arrowprops=dict(arrowstyle="-|>", lw=2, color=color, alpha=alpha))
+            norm = math.hypot(*vec) or 1.0
+            ax.text(vec[0] * (1 + 0.3 / norm), vec[1] * (1 + 0.3 / norm), label, color=color,
+                    ha="center", va="center", fontsize=10)
+        start = math.degrees(math.atan2(v[1], v[0]))
+        radius = 0.45 + 0.3 * i  # 每个向量的圆弧半径不同，标签不挤在一起
+        ax.add_patch(Arc((0, 0), 2 * radius, 2 * radius, theta1=start, theta2=start + math.degrees(phi),
+                         color=color, ls="--"))
+        mid = math.radians(start + math.degrees(phi) / 2)
+        ax.text(1.2 * radius * math.cos(mid), 1.2 * radius * math.sin(mid), f"${angle_label}$", color=color,
+                fontsize=9, ha="center", va="center")
+    ax.axhline(0, color="0.85", lw=0.8)
+    ax.axvline(0, color="0.85", lw=0.8)
+    ax.set_xlim(-lim, lim)
+    ax.set_ylim(-lim, lim)
+    ax.set_aspect("equal")
+    if title:
+        ax.set_title(title)
+    return ax

@@ -381,3 +381,39 @@ def test_runs_on_cuda_when_model_is_there():
     idx = torch.randint(0, 79, (2, 10), device="cuda")
     assert model(idx, idx).loss.device.type == "cuda"
     assert generate(model, idx[:, :3], 5, seed=0).device.type == "cuda"
+
+
+def test_minimal_transformer_parts_count_and_causality():
+    from lib.transformer import MinimalTransformer
+    V, d, L = 7, 16, 2
+    torch.manual_seed(0)
+    model = MinimalTransformer(V, d_model=d, n_layers=L)
+    # 嵌入 Vd + 每层（1 头注意力 4d²+4d，前馈 8d²+5d）+ 不共享的输出层 dV+V；没有层归一化
+    assert count_parameters(model) == V * d + L * (12 * d * d + 9 * d) + d * V + V
+    assert not any(isinstance(m, nn.LayerNorm) for m in model.modules())
+    idx = torch.randint(0, V, (2, 6))
+    states = model.hidden_states(idx)
+    assert len(states) == L + 1 and all(s.shape == (2, 6, d) for s in states)
+    changed = idx.clone()
+    changed[:, -1] = (idx[:, -1] + 1) % V
+    with torch.no_grad():
+        a, b = model(idx).logits, model(changed).logits
+    assert torch.allclose(a[:, :-1], b[:, :-1], atol=1e-6) and not torch.allclose(a[:, -1], b[:, -1])
+    targets = idx.clone()
+    targets[0, -2:] = -100  # 填充位置被忽略
+    out = model(idx, targets)
+    assert out.loss is not None and torch.isfinite(out.loss)
+
+
+def test_apply_rope_adjacent_pairing_matches_complex_rotation():
+    x = torch.randn(3, 5, 8, dtype=torch.float64)
+    pos = torch.tensor([0, 1, 7, 30, 100])
+    theta = 10000.0 ** (-torch.arange(0, 8, 2, dtype=torch.float64) / 8)  # (4,)
+    z = torch.view_as_complex(x.reshape(3, 5, 4, 2).contiguous())  # 相邻两维 (x_2i, x_2i+1) = x_2i + i·x_2i+1
+    expected = torch.view_as_real(z * torch.polar(torch.ones(5, 4, dtype=torch.float64), pos[:, None] * theta))
+    got = apply_rope(x.float(), pos, pairing="adjacent")
+    assert torch.allclose(got.double(), expected.reshape(3, 5, 8), atol=1e-5)
+    assert torch.equal(apply_rope(x.float(), pos), apply_rope(x.float(), pos, pairing="half"))  # 默认不变
+    assert not torch.allclose(got, apply_rope(x.float(), pos), atol=1e-3)  # 两种配对确实不同
+    with pytest.raises(ValueError, match="pairing"):
+        apply_rope(x.float(), pos, pairing="interleaved")

@@ -36,3 +36,37 @@ def test_percent_format_and_per_column_tolerance():
     table = vs_lecture({"learned": [0.97, 0.90]}, {"learned": [0.958, 0.978]}, tol=[0.05, 0.1],
                        columns=[4, 6], fmt=".1%")
     assert ["learned", "ours", "97.0%", "90.0%"] in table.rows
+
+
+def test_per_row_tolerance():
+    ours, lecture = {4: [2.0, 0.50], 16: [4.0, 0.50]}, {4: [2.0, 0.49], 16: [4.0, 0.49]}
+    vs_lecture(ours, lecture, tol={4: [0.1, 0.02], 16: 0.02}, columns=["std", "max w"])  # 两行都在各自的容差内
+    with pytest.raises(AssertionError) as err:
+        vs_lecture(ours, lecture, tol={4: [0.1, 0.02], 16: [0.1, 0.005]}, columns=["std", "max w"])
+    assert "16，max w" in str(err.value) and "4，max w" not in str(err.value) and "0.005" in str(err.value)
+    with pytest.raises(ValueError, match="16"):
+        vs_lecture(ours, lecture, tol={4: 0.1}, columns=["std", "max w"])
+
+
+def test_draw_rotation_draws_arrows_and_arcs_of_the_given_angles():
+    import math
+
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Arc
+
+    from lib.viz import draw_rotation
+    fig, ax = plt.subplots()
+    q, q_rot = (1.0, 0.0), (0.0, 1.0)
+    k, k_rot = (0.0, -1.0), (1.0, 0.0)
+    draw_rotation(ax, [(q, q_rot, math.pi / 2, "q", "C0", r"\theta"), (k, k_rot, math.pi / 2, "k", "C3", r"2\theta")],
+                  lim=2.0, title="t")
+    arcs = [p for p in ax.patches if isinstance(p, Arc)]
+    assert len(arcs) == 2
+    assert [round(a.theta1) for a in arcs] == [0, -90] and [round(a.theta2 - a.theta1) for a in arcs] == [90, 90]
+    texts = [t.get_text() for t in ax.texts]
+    assert "$q$" in texts and r"$R(\theta)\,q$" in texts and r"$R(2\theta)\,k$" in texts and r"$2\theta$" in texts
+    assert len(ax.patches) == 2 and sum(1 for c in ax.get_children() if type(c).__name__ == "Annotation") == 4
+    assert ax.get_xlim() == (-2.0, 2.0) and ax.get_title() == "t"
+    plt.close(fig)
