@@ -70,7 +70,7 @@ def show_heatmaps(matrices, row_labels=None, col_labels=None, titles=None, ncols
 
 
 def vs_lecture(ours, lecture, *, tol, columns=None, fmt=".3f", title=None, row_header=""):
-    """“我们 vs 讲义”并排成一张表，并检查每个数都在给定的容差之内（不在就 AssertionError）。
+    """“本课程的结果 vs 讲义”并排成一张表，并检查每个数都在给定的容差之内（不在就 AssertionError）。
 
     ours、lecture：{行名: 一个数 或 每列一个数的列表}。lecture 里的 None 表示讲义没给（显示 —，不检查）；
     ours 里没有的行、或者值为 None 的格子也显示 —。
@@ -78,7 +78,7 @@ def vs_lecture(ours, lecture, *, tol, columns=None, fmt=".3f", title=None, row_h
     例如按每一格的蒙特卡罗标准误定容差）。tol="exact" 表示按 fmt 格式化之后逐字相同，
     也就是“在讲义给出的精度上完全一致”，用于确定性的数（公式、计数、不含随机性的演示）。
     fmt：格式（一个，或每列一个），例如 ".3f"、".1%"、",d"。
-    只有一列时表头是 [行名, 讲义, 我们, 差]；多列时每个行名占两行（讲义、我们）。返回 Table。
+    只有一列时表头是 [行名, 讲义, 本课程的结果, 差]；多列时每个行名占两行（讲义、本课程的结果）。返回 Table。
     """
     def cells(row):
         return list(row) if isinstance(row, (list, tuple)) else [row]
@@ -103,7 +103,7 @@ def vs_lecture(ours, lecture, *, tol, columns=None, fmt=".3f", title=None, row_h
             ok = show(a, fmts[j]) == show(b, fmts[j]) if tols[j] == "exact" else abs(a - b) <= tols[j]
             if not ok:
                 where = f"{label}" + (f"，{columns[j]}" if columns and n_cols > 1 else "")
-                problems.append(f"{where}：我们 {show(a, fmts[j])}，讲义 {show(b, fmts[j])}"
+                problems.append(f"{where}：本课程的结果 {show(a, fmts[j])}，讲义 {show(b, fmts[j])}"
                                 f"（容差 {'逐位相同' if tols[j] == 'exact' else format(tols[j], '.4g')}）")
 
     if n_cols == 1:
@@ -113,11 +113,11 @@ def vs_lecture(ours, lecture, *, tol, columns=None, fmt=".3f", title=None, row_h
             a, b = (cells(a)[0] if a is not None else None), (cells(b)[0] if b is not None else None)
             diff = "—" if a is None or b is None else format(a - b, "+" + fmts[0].lstrip("+"))
             rows.append([label, show(b, fmts[0]), show(a, fmts[0]), diff])
-        table = Table(rows, [row_header, "lecture", "ours", "ours − lecture"], title=title)
+        table = Table(rows, [row_header, "讲义", "本课程的结果", "差（本课程 − 讲义）"], title=title)
     else:
         rows = []
         for label in labels:
-            for who, source in (("lecture", lecture), ("ours", ours)):
+            for who, source in (("讲义", lecture), ("本课程的结果", ours)):
                 values = cells(source.get(label, [None] * n_cols))
                 rows.append([label, who] + [show(v, f) for v, f in zip(values, fmts)])
         heads = list(columns) if columns else [str(j) for j in range(n_cols)]

@@ -7,7 +7,7 @@ from lib.viz import Table, vs_lecture
 def test_single_column_shows_lecture_ours_and_difference():
     table = vs_lecture({"k = 1": 30.93}, {"k = 1": 30.9}, tol=0.05, fmt=".2f", row_header="k")
     assert isinstance(table, Table)
-    assert table.headers == ["k", "lecture", "ours", "ours − lecture"]
+    assert table.headers == ["k", "讲义", "本课程的结果", "差（本课程 − 讲义）"]
     assert table.rows == [["k = 1", "30.90", "30.93", "+0.03"]]
 
 
@@ -28,14 +28,14 @@ def test_out_of_tolerance_names_row_column_and_both_values():
 
 def test_missing_values_are_shown_and_not_checked():
     table = vs_lecture({"x": [1.0, 5.0]}, {"x": [1.0, None], "y": [2.0, 3.0]}, tol=0.01, columns=["a", "b"])
-    assert ["x", "lecture", "1.000", "—"] in table.rows
-    assert ["y", "ours", "—", "—"] in table.rows
+    assert ["x", "讲义", "1.000", "—"] in table.rows
+    assert ["y", "本课程的结果", "—", "—"] in table.rows
 
 
 def test_percent_format_and_per_column_tolerance():
     table = vs_lecture({"learned": [0.97, 0.90]}, {"learned": [0.958, 0.978]}, tol=[0.05, 0.1],
                        columns=[4, 6], fmt=".1%")
-    assert ["learned", "ours", "97.0%", "90.0%"] in table.rows
+    assert ["learned", "本课程的结果", "97.0%", "90.0%"] in table.rows
 
 
 def test_per_row_tolerance():
