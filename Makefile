@@ -11,7 +11,7 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 # 小模型在 CPU 上单线程更快，也避免两个测试进程抢同一个核
 export OMP_NUM_THREADS ?= 1
 
-.PHONY: setup system-deps lab test test-fast nbval notebooks release bench grade grade-demo clean-student-data stamp-badges
+.PHONY: setup system-deps lab test test-fast nbval notebooks artifact release bench grade grade-demo clean-student-data stamp-badges
 
 setup: $(STAMP)
 
@@ -40,7 +40,7 @@ system-deps:
 # 的测试留在同一个进程里（nbval 按顺序执行一个 notebook 的单元格，模块级的 fixture 只建一次）。
 test: setup system-deps
 	$(PY) -m lib.check_env --quiet
-	$(PY) -m pytest -n 2 --dist loadscope
+	$(PY) -m pytest -n 2 --dist loadscope --durations=25
 
 # 只跑快的：不执行 notebook、不开浏览器
 test-fast: setup
@@ -49,6 +49,11 @@ test-fast: setup
 # 重新执行 notebooks/ 并保存输出（改了 notebook 或 lib 之后运行，再提交）
 notebooks: setup
 	CI=true $(PY) -m lib.tools.run_notebooks notebooks/*.ipynb
+
+# notebook 11 随仓库发布的权重（artifacts/11_mini_gpt/）：改了 lib 里的模型、训练循环或 toy_language.py 之后，
+# 快速测试 test_shipped_weights_match_the_code 会失败，直到运行它（CPU 上两个进程训练 21 个模型），再提交
+artifact: setup
+	$(PY) -m lib.experiments --write-artifact
 
 # 用 nbgrader 从 source/ 重新生成 release/ 和 solutions/
 release: setup

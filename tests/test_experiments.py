@@ -3,25 +3,30 @@
 from __future__ import annotations
 
 import collections
+import functools
 import math
 import os
 import random
 import subprocess
 import sys
+from dataclasses import dataclass, replace
 
 import pytest
 import torch
 
 from lib import toy_language as toy
 from lib import experiments
-from lib.experiments import (
-    ARMS, PE_SCALE_MATCHED, Claim, RunSpec, agreement_accuracy, agreement_by_prefix_length, agreement_claims,
-    arm_spec, attention_claims, cache_key, check_claims, default_device, evaluate_run, example_attention, gpt_spec,
-    language_perplexity, length_claims, load_or_train, load_run, make_example, moving_average, next_word_distribution,
-    perplexity_claims, run_many, splits_for, subject_attention, subject_head_by_length, verb_logits,
-    verb_position_attention,
+from lib.agreement import (
+    AGREEMENT_MODIFIERS, LENGTH_MODIFIERS, agreement_accuracy, agreement_by_prefix_length, agreement_items,
+    evaluate_run, example_attention, language_perplexity, make_example, moving_average, next_word_distribution,
+    subject_attention, subject_head_by_length, verb_logits, verb_position_attention,
 )
-from lib.transformer import LMOutput, TransformerLM, sinusoidal_positions
+from lib.experiments import (
+    ARMS, NOTEBOOK_ARMS, NOTEBOOK_SEEDS, PE_SCALE_MATCHED, RunSpec, arm_spec, artifact_key, artifact_problems,
+    cache_key, default_device, gpt_spec, load_artifact, load_or_train, load_run, run_many, splits_for,
+)
+from lib.transformer import LMOutput, TransformerLM, evaluate_perplexity, sinusoidal_positions
+from lib.viz import Table
 
 TINY = dict(n_train=192, n_dev=32, n_test=32, epochs=1, batch_size=32, warmup_steps=2)
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -340,6 +345,184 @@ def test_replace_spec_changes_only_the_given_fields():
 
 # ---------------------------------------------------------------------------- notebook 11 的各组、读数和结论
 
+# notebook 11 的结论，每一条对每个种子都要成立：test_notebook_11_claims_hold_on_seeds_it_does_not_show 在 CI 的机器上
+# 重新训练 notebook 没有展示的种子，逐条检查。"讲义"：讲义的结论，我们复现了；"本课程的结果"：和讲义不同或讲义没说，
+# 锁住它是为了发现代码改动带来的变化。
+
+
+@dataclass
+class Claim:
+    """一条结论。values 是每个种子（或每个种子 × 每个修饰语个数）一个数，全部落在 [low, high] 里才算成立。
+
+    kind："讲义"——讲义的结论，我们复现了；"本课程的结果"——本课程自己的结果（和讲义不同，或讲义没说），
+    锁住它是为了发现代码改动带来的变化，不是讲义的主张。
+    """
+
+    section: str
+    kind: str
+    text: str
+    values: list
+    low: float | None = None
+    high: float | None = None
+
+    @property
+    def holds(self) -> bool:
+        return all((self.low is None or v >= self.low) and (self.high is None or v <= self.high)
+                   for v in self.values)
+
+    @property
+    def observed(self) -> str:
+        """所有值里离界限最近的那个（最不利的情况）。"""
+        if self.low is not None and self.high is not None:
+            return f"{min(self.values):.3f} … {max(self.values):.3f}"
+        return f"{min(self.values):.3f}" if self.low is not None else f"{max(self.values):.3f}"
+
+    @property
+    def bound(self) -> str:
+        if self.low is not None and self.high is not None:
+            return f"[{self.low:g}, {self.high:g}]"
+        return f"≥ {self.low:g}" if self.low is not None else f"≤ {self.high:g}"
+
+
+def check_claims(claims) -> Table:
+    """把结论列成一张表（小节、类型、陈述、所有种子里最不利的值、要求）；有不成立的就 AssertionError。"""
+    claims = list(claims)
+    table = Table([[c.section, c.kind, c.text, c.observed, c.bound, "✓" if c.holds else "✗"] for c in claims],
+                  ["", "类型", "结论（对每个种子）", "观察到（最不利）", "要求", ""])
+    failed = [c for c in claims if not c.holds]
+    if failed:
+        raise AssertionError("这些结论不成立：\n" + "\n".join(f"{c.section} {c.text}：{c.values}（要求 {c.bound}）"
+                                                        for c in failed) + "\n\n" + repr(table))
+    return table
+
+
+def _per_seed(readings: dict, arm: str, fn) -> list:
+    """这一组每个种子的 fn(读数)，按种子的顺序。readings：{(组名, 种子): evaluate_run 的结果}。"""
+    return [fn(r) for (a, _), r in sorted(readings.items()) if a == arm]
+
+
+def _accuracies(readings: dict, arm: str, modifiers) -> list:
+    """这一组每个种子、每个修饰语个数的主谓一致准确率（种子在外层）。"""
+    return [r["agreement"][k] for r in _per_seed(readings, arm, lambda r: r) for k in modifiers]
+
+
+def perplexity_claims(readings: dict, floor_test: float) -> list[Claim]:
+    """§11.1 的结论（可学习位置的迷你 GPT 和 RNN，每个种子）。floor_test：这门语言在测试集上的困惑度。"""
+    gpt = _per_seed(readings, "learned", lambda r: r["test_ppl"])
+    rnn = _per_seed(readings, "rnn", lambda r: r["test_ppl"])
+    return [
+        Claim("§11.1", "讲义", "迷你 GPT 和 RNN 的测试集困惑度很接近：任意两个种子相差", [abs(g - r) for g in gpt for r in rnn],
+              high=0.1),
+        Claim("§11.1", "讲义", "迷你 GPT 略好：迷你 GPT − RNN（任意两个种子）", [g - r for g in gpt for r in rnn], high=0.0),
+        Claim("§11.1", "本课程的结果", "迷你 GPT 离这门语言的下限不到 0.05：测试集困惑度 − 下限", [g - floor_test for g in gpt],
+              low=-0.02, high=0.05),
+        Claim("§11.1", "本课程的结果", "RNN 离下限不到 0.1：测试集困惑度 − 下限", [r - floor_test for r in rnn], low=-0.02, high=0.1),
+        Claim("§11.1", "本课程的结果", "迷你 GPT 第 1 轮的开发集困惑度已经比讲义的 4.57 低得多",
+              _per_seed(readings, "learned", lambda r: r["dev_ppl"][0]), high=4.45),
+    ]
+
+
+def agreement_claims(readings: dict) -> list[Claim]:
+    """§11.2 的结论：主谓一致准确率（可学习位置的迷你 GPT 和 RNN，每个种子）。"""
+    acc = functools.partial(_accuracies, readings)
+
+    def by_prefix(inside: bool):  # 4 个修饰语：前缀长度 17–19 的题合起来 / 其余的题合起来 的准确率
+        out = []
+        for r in _per_seed(readings, "learned", lambda r: r):
+            groups = [(n, acc) for length, (n, acc) in r["by_prefix_4"].items() if (17 <= length <= 19) == inside]
+            out.append(sum(n * a for n, a in groups) / sum(n for n, _ in groups))
+        return out
+
+    return [
+        Claim("§11.2", "讲义", "RNN：0–8 个修饰语都对（讲义 100%）", acc("rnn", AGREEMENT_MODIFIERS), low=0.98),
+        Claim("§11.2", "讲义", "迷你 GPT：训练见过的 0–3 个修饰语都对", acc("learned", (0, 1, 2, 3)), low=0.98),
+        Claim("§11.2", "讲义", "迷你 GPT：6、8 个修饰语几乎全对（讲义 98.8%、99.2%）", acc("learned", (6, 8)), low=0.95),
+        Claim("§11.2", "本课程的结果", "迷你 GPT：4 个修饰语明显变差（讲义 98.5%，没有复现）", acc("learned", (4,)), high=0.8),
+        Claim("§11.2", "本课程的结果", "4 个修饰语的错误出在前缀长度 17–19：那里的准确率", by_prefix(True), high=0.8),
+        Claim("§11.2", "本课程的结果", "4 个修饰语、其余前缀长度的准确率", by_prefix(False), low=0.95),
+    ]
+
+
+def length_claims(readings: dict, floor_test: float) -> list[Claim]:
+    """§11.3 的结论：各组位置编码的困惑度、长度泛化和找主语的头（每个种子）。"""
+    acc = functools.partial(_accuracies, readings)
+    head = lambda arm, k: _per_seed(readings, arm, lambda r: r["subject_head_by_k"][k])
+    others = [arm for arm in ARMS if arm != "sinusoidal"]
+    ppl = lambda arms: [r["test_ppl"] for (arm, _), r in readings.items() if arm in arms]
+    dev2 = lambda arms: [r["dev_ppl"][1] for (arm, _), r in readings.items() if arm in arms]
+    return [
+        Claim("§11.3", "讲义", "训练分布内每组都接近这门语言的下限：测试集困惑度 − 下限",
+              [p - floor_test for p in ppl(ARMS)], low=-0.02, high=0.1),
+        Claim("§11.3", "讲义", "除原版正弦编码外，各组的测试集困惑度几乎一样：最大 − 最小",
+              [max(ppl(others)) - min(ppl(others))], high=0.02),
+        Claim("§11.3", "本课程的结果", "原版正弦编码前两轮学得慢（位置淹没了词向量）：第 2 轮的开发集困惑度",
+              dev2(["sinusoidal"]), low=4.6),
+        Claim("§11.3", "本课程的结果", "其余各组（包括缩小的正弦编码）：第 2 轮的开发集困惑度", dev2(others), high=4.45),
+        Claim("§11.3", "讲义", "训练见过的 0–3 个修饰语：每组都对", [a for arm in ARMS for a in acc(arm, (0, 1, 2, 3))],
+              low=0.98),
+        Claim("§11.3", "讲义", "无位置信息：4–10 个修饰语都对（讲义 99.6%–100%）", acc("none", (4, 6, 8, 10)), low=0.95),
+        Claim("§11.3", "本课程的结果", "可学习的位置嵌入：6–10 个修饰语都对", acc("learned", (6, 8, 10)), low=0.95),
+        Claim("§11.3", "本课程的结果", "可学习的位置嵌入：找主语的头在 4 个修饰语时“失明”：权重 ÷ 2 个修饰语时",
+              [a / b for a, b in zip(head("learned", 4), head("learned", 2))], high=0.5),
+        Claim("§11.3", "本课程的结果", "RoPE：4、6 个修饰语都对（讲义 84.9%、72.5%，没有复现）", acc("rope", (4, 6)), low=0.95),
+        Claim("§11.3", "本课程的结果", "原版正弦编码：每个种子在 6–10 个修饰语里最差的一处（讲义 83.5%–99.9%）",
+              [min(r["agreement"][k] for k in (6, 8, 10)) for r in _per_seed(readings, "sinusoidal", lambda r: r)],
+              high=0.9),
+        Claim("§11.3", "本课程的结果", "缩小的正弦编码（去掉尺度混杂）：4–10 个修饰语都对", acc("sinusoidal_small", (4, 6, 8, 10)),
+              low=0.95),
+        Claim("§11.3", "本课程的结果", "缩小的正弦编码：10 个修饰语时找主语的头仍在看主语", head("sinusoidal_small", 10), low=0.5),
+    ]
+
+
+def control_readings(model) -> dict:
+    """对照实验（演示 3）的读数：4、5 个修饰语的题合在一起，按预测主动词的位置分段的准确率。"""
+    right, total = collections.Counter(), collections.Counter()
+    for k in (4, 5):
+        for length, (n, a) in agreement_by_prefix_length(model, agreement_items(k)).items():
+            p = length - 1  # 预测主动词的位置
+            band = "≤15" if p <= 15 else "16–18" if p <= 18 else "19" if p == 19 else "20–22" if p <= 22 else "≥23"
+            right[band] += n * a
+            total[band] += n
+    return {band: right[band] / total[band] for band in total}
+
+
+def control_claims(controls: dict) -> list[Claim]:
+    """演示 3 的对照实验：低谷在“训练中只在句尾出现过的位置”，训练句放宽到 4 个修饰语，低谷跟着搬家。"""
+    band = lambda arm, b: [r[b] for (a, _), r in sorted(controls.items()) if a == arm]
+    return [
+        Claim("§11.2", "本课程的结果", "训练句最多 3 个修饰语：位置 16–18 的低谷", band("learned", "16–18"), high=0.8),
+        Claim("§11.2", "本课程的结果", "对照组（训练句最多 4 个修饰语）：位置 16–18 不再出错", band("learned_4mod", "16–18"),
+              low=0.95),
+        Claim("§11.2", "本课程的结果", "对照组：低谷搬到新的句尾位置 20–22", band("learned_4mod", "20–22"), high=0.8),
+        Claim("§11.2", "本课程的结果", "对照组：训练中主动词出现过的位置（≤ 19）都对",
+              band("learned_4mod", "≤15") + band("learned_4mod", "19"), low=0.95),
+    ]
+
+
+def attention_claims(readings: dict) -> list[Claim]:
+    """§11.4 的结论：可学习位置的迷你 GPT 在预测主动词处的注意力（每个种子）。"""
+    runs = _per_seed(readings, "learned", lambda r: r)
+    heads = [r["heads"] for r in runs]
+    best = [divmod(int(h["subject"].argmax()), h["subject"].shape[1]) for h in heads]  # 分给主语最多的头
+    return [
+        Claim("§11.4", "讲义", "有一个头学会了找主语：它分给主语的权重 ÷ 均匀分配",
+              [float(h["subject"][b]) / h["uniform"] for h, b in zip(heads, best)], low=3.0),
+        Claim("§11.4", "讲义", "这个头几乎不理干扰名词：分给主语的 ÷ 分给每个干扰名词的",
+              [float(h["subject"][b] / max(h["distractor"][b], 1e-6)) for h, b in zip(heads, best)], low=3.0),
+        Claim("§11.4", "本课程的结果", "没有头盯着干扰名词：任何一个头分给每个干扰名词的平均权重（均匀 0.09，讲义最多 0.12）",
+              [float(r["heads"]["distractor"].max()) for r in runs], high=0.25),
+        Claim("§11.4", "讲义", "两个例句都选对了单数：P(单数动词) ÷ P(复数动词)",
+              [e["p_singular"] / e["p_plural"] for r in runs for e in r["examples"]], low=100.0),
+        Claim("§11.4", "本课程的结果", "P(单数) + P(复数) − 2/3（按文法，2 个修饰语之后接主动词的真实概率是 2/3）",
+              [e["p_singular"] + e["p_plural"] - 2 / 3 for r in runs for e in r["examples"]], low=-0.15, high=0.15),
+        Claim("§11.4", "讲义", "例句里找主语的头：分给主语的 − 分给所有干扰名词的",
+              [e["subject"] - e["distractors"] for r in runs for e in r["examples"]], low=0.0),
+    ]
+
+
+# ---- 以下是测试
+
+
 
 def test_arms_differ_only_in_position_settings():
     base = arm_spec("learned", 0)
@@ -391,7 +574,7 @@ def test_evaluate_run_reads_everything_the_notebook_uses(tmp_path):
 
 def test_claims_report_the_worst_seed_and_fail_loudly():
     ok = Claim("§11.3", "讲义", "每个种子都至少 0.9", [0.95, 0.97], low=0.9)
-    high = Claim("§11.3", "回归检查", "每个种子都不超过 0.8", [0.5, 0.7], high=0.8)
+    high = Claim("§11.3", "本课程的结果", "每个种子都不超过 0.8", [0.5, 0.7], high=0.8)
     assert ok.holds and ok.observed == "0.950" and high.observed == "0.700" and high.bound == "≤ 0.8"
     table = check_claims([ok, high])
     assert "每个种子都至少 0.9" in repr(table) and "✓" in repr(table)
@@ -401,24 +584,126 @@ def test_claims_report_the_worst_seed_and_fail_loudly():
         check_claims([ok, bad])
 
 
-# notebook 11 用种子 0、1、2。变化大的几组和 RNN 各多训练 2 个种子；无位置信息和缩小的正弦编码在编写时试过的
-# 6 个种子上处处 100%，各多训练 1 个：一共 10 个模型。两个进程训练，单独运行约 4 分钟；CI 里和 notebook 11
-# 同时运行（两边抢 2 个核），约 8 分钟。
-EXTRA_SEEDS = {"learned": (3, 4), "sinusoidal": (3, 4), "rope": (3, 4), "none": (3,), "sinusoidal_small": (3,),
-               "rnn": (3, 4)}
+def test_arm_spec_control_differs_only_in_the_training_sentences():
+    base, control = arm_spec("learned", 1), arm_spec("learned_4mod", 1)
+    assert control.modifier_probs == experiments.CONTROL_MODIFIER_PROBS and len(control.modifier_probs) == 5
+    assert replace(control, modifier_probs=base.modifier_probs) == base  # 别的设定完全相同
+    train = splits_for(replace(control, n_train=2000, n_dev=10, n_test=10))[0]
+    assert max(map(len, train)) == 24 > toy.MAX_TRAIN_LEN  # 训练句最长 24 个词元：主动词最晚在位置 20
+    assert set(NOTEBOOK_ARMS) == {*ARMS, "rnn", "learned_4mod"} and NOTEBOOK_SEEDS == (0, 1, 2)
+
+
+# ---------------------------------------------------------------------------- 随仓库发布的权重
+
+
+def test_shipped_weights_match_the_code():
+    """发布的权重和现在的训练代码、数据生成器对得上。失败时：运行 python -m lib.experiments --write-artifact。"""
+    problems = artifact_problems()
+    assert not problems, "\n".join(problems)
+    manifest = experiments.read_manifest()
+    assert manifest["code_fingerprint"] == experiments.code_fingerprint()
+    assert len(manifest["runs"]) == len(NOTEBOOK_ARMS) * len(NOTEBOOK_SEEDS)
+    for name, entry in manifest["files"].items():  # 每组一个文件，都远小于 5 MB
+        path = experiments.ARTIFACT_DIR / name
+        assert path.stat().st_size == entry["bytes"] < 5_000_000
+
+
+def test_shipped_weights_are_float32_and_are_the_final_weights_of_their_run():
+    """每组一个种子：权重是 float32；在开发集上重新算的困惑度等于训练时最后一轮记下的（换一台 CPU 只差舍入）。"""
+    for arm in NOTEBOOK_ARMS:
+        spec = arm_spec(arm, 0)
+        run = load_artifact(spec)
+        assert run is not None and run.source == "artifact" and run.key == artifact_key(spec)
+        assert all(t.dtype == torch.float32 for t in run.model.state_dict().values())
+        assert len(run.history["loss"]) == spec.steps and len(run.history["dev_ppl"]) == spec.epochs
+        dev = splits_for(spec)[1]
+        assert evaluate_perplexity(run.model, dev, toy.PAD_ID) == pytest.approx(run.history["dev_ppl"][-1], abs=1e-4)
+
+
+def _tiny_arms(monkeypatch):
+    """把 notebook 11 的各组换成两组很小的设定，测试发布和取回的整个流程（几秒钟）。"""
+    monkeypatch.setattr(experiments, "NOTEBOOK_ARMS", ("learned", "rnn"))
+    monkeypatch.setattr(experiments, "NOTEBOOK_SEEDS", (0, 1))
+    monkeypatch.setattr(experiments, "arm_spec", lambda arm, seed: tiny_spec(seed=seed, model="gpt" if arm == "learned" else "rnn"))
+
+
+def test_write_artifact_round_trip_and_refuses_stale_weights(tmp_path, monkeypatch):
+    _tiny_arms(monkeypatch)
+    cache, out = tmp_path / "cache", tmp_path / "artifact"
+    manifest = experiments.write_artifact(out, workers=1, cache_dir=cache)
+    assert sorted(manifest["files"]) == ["learned.pt", "rnn.pt"] and len(manifest["runs"]) == 4
+    assert experiments.artifact_problems(out) == []
+    trained = load_or_train(tiny_spec(seed=1), cache_dir=cache, progress=False)
+    shipped = load_artifact(tiny_spec(seed=1), out)
+    assert shipped.source == "artifact" and _same_weights(shipped.model, trained.model)
+    assert shipped.history["loss"] == trained.history["loss"] and shipped.history["dev_ppl"] == trained.history["dev_ppl"]
+    x = torch.tensor([toy.encode("<s> the cat near the dogs".split())])
+    assert torch.equal(shipped.model(x).logits, load_artifact(tiny_spec(seed=1), out).model(x).logits)  # 评估是确定的
+    # notebook_runs 默认用发布的权重，retrain=True 时不用（这里从本机缓存取回）
+    runs = functools.partial(experiments.notebook_runs, progress=False, workers=1, directory=out, cache_dir=cache)
+    assert [r.source for r in runs([("learned", 1), ("rnn", 0)]).values()] == ["artifact", "artifact"]
+    assert [r.source for r in runs([("rnn", 0)], retrain=True).values()] == ["cache"]
+    # 训练代码（代码指纹）一变：清单过期，权重不再被取用，notebook 改为训练
+    experiments._artifact_file.cache_clear()
+    monkeypatch.setattr(experiments, "code_fingerprint", lambda: "0123456789ab")
+    problems = experiments.artifact_problems(out)
+    assert problems and "代码指纹" in problems[0] and "--write-artifact" in problems[0]
+    assert load_artifact(tiny_spec(seed=1), out) is None
+    assert runs([("rnn", 0)], cache_dir=tmp_path / "empty")[("rnn", 0)].source == "trained"
+
+
+def test_tampered_or_missing_artifact_file_is_not_used(tmp_path, monkeypatch):
+    _tiny_arms(monkeypatch)
+    out = tmp_path / "artifact"
+    experiments.write_artifact(out, workers=1, cache_dir=tmp_path / "cache")
+    blob = (out / "rnn.pt").read_bytes()
+    (out / "rnn.pt").write_bytes(blob[:-10] + b"0123456789")
+    experiments._artifact_file.cache_clear()
+    assert load_artifact(tiny_spec(seed=0, model="rnn"), out) is None
+    assert load_artifact(tiny_spec(seed=0), out) is not None  # 别的文件不受影响
+    problems = experiments.artifact_problems(out)
+    assert len(problems) == 2 and all("rnn" in p for p in problems)
+    (out / "manifest.json").unlink()
+    assert "manifest.json" in experiments.artifact_problems(out)[0] and load_artifact(tiny_spec(), out) is None
+
+
+def test_artifact_key_ignores_device_and_torch_version_but_not_the_code(monkeypatch):
+    spec = arm_spec("learned", 0)
+    key = artifact_key(spec)
+    assert key == artifact_key(replace(spec, label="another name")) != artifact_key(arm_spec("learned", 1))
+    assert cache_key(spec, "cpu") != cache_key(spec, "cuda")  # 本机缓存分设备；发布的权重不分
+    monkeypatch.setattr(torch, "__version__", "0.0.0")
+    assert artifact_key(spec) == key
+    monkeypatch.setattr(experiments, "code_fingerprint", lambda: "0123456789ab")
+    assert artifact_key(spec) != key
+
+
+def test_fingerprint_ignores_windows_line_endings():
+    assert experiments._text("a = 1\r\nb = 2\r\n") == experiments._text("a = 1\nb = 2\n")
+
+
+def test_command_line_checks_the_artifact():
+    env = {**os.environ, "PYTHONPATH": ROOT}
+    out = subprocess.run([sys.executable, "-m", "lib.experiments"], env=env, capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert experiments.code_fingerprint() in out.stdout
+
+
+# CI 在自己的机器上为每组重新训练一个 notebook 没有展示的种子（种子 3，一共 7 个模型），逐条检查上面的结论：
+# 空闲的核上每个模型约 40–50 秒，单进程（pytest -n 2 的另一个进程同时在跑别的测试），一共约 5–6 分钟。
+# 种子 3 上的结论：上一版（在另一台机器上）在种子 3–4 上检查过除对照组以外的各条；对照组的几条在本机的种子 0 上成立。
+UNSEEN_SEED = 3
 
 
 @pytest.mark.slow
 def test_notebook_11_claims_hold_on_seeds_it_does_not_show():
-    """notebook 11 的每一条结论（同一批 *_claims 函数）在 notebook 没有展示的种子上也成立。
-
-    两个进程训练（每个进程 1 个线程），权重进默认缓存：全新的克隆（CI）里要训练，再次运行只剩评估。
-    """
-    assert set(EXTRA_SEEDS) == {*ARMS, "rnn"}
-    keys = [(arm, seed) for arm, seeds in EXTRA_SEEDS.items() for seed in seeds]
-    runs = run_many([arm_spec(*key) for key in keys], workers=2, progress=False)
+    """notebook 11 的每一条结论在 notebook 没有展示的种子上、在跑测试的这台机器上重新训练，也成立。"""
+    keys = [(arm, UNSEEN_SEED) for arm in NOTEBOOK_ARMS]
+    assert UNSEEN_SEED not in NOTEBOOK_SEEDS
+    runs = run_many([arm_spec(*key) for key in keys], workers=1, progress=False)
     readings = {key: evaluate_run(run) for key, run in zip(keys, runs)}
-    floor_test = language_perplexity(splits_for(arm_spec("learned", 3))[2])
-    for claims in (perplexity_claims(readings, floor_test), agreement_claims(readings),
+    controls = {key: control_readings(run.model) for key, run in zip(keys, runs) if key[0] in ("learned", "learned_4mod")}
+    floor_test = language_perplexity(splits_for(arm_spec("learned", UNSEEN_SEED))[2])
+    for claims in (perplexity_claims(readings, floor_test), agreement_claims(readings), control_claims(controls),
                    length_claims(readings, floor_test), attention_claims(readings)):
-        check_claims(claims)
+        print(check_claims(claims))
