@@ -472,5 +472,6 @@ def test_feedback_math_is_mathml_and_leaves_code_alone():
     assert "<msqrt>" in out and "$" not in out.replace("`x = $y$`", "").replace("\\$5", "")
     assert fm.markdown_with_mathml("$\\notacommand{$") == "$\\notacommand{$" or "<code" in fm.markdown_with_mathml(
         "$\\notacommand{$")  # 不认识的写法不丢内容
-    page = "<head>\n<!-- Load mathjax -->\n<script src=x></script>\n<!-- End of mathjax configuration -->\n</head>"
+    page = ("<head>\n<!-- Loading mathjax macro -->\n<!-- Load mathjax -->\n<script src=x></script>\n"
+            "<!-- End of mathjax configuration -->\n</head>")
     assert fm.drop_mathjax(page) == "<head>\n</head>"

@@ -18,7 +18,8 @@ _CODE = re.compile(r"(```.*?```|~~~.*?~~~|`[^`\n]+`)", re.DOTALL)
 _DISPLAY = re.compile(r"(?<!\\)\$\$(.+?)(?<!\\)\$\$", re.DOTALL)
 _INLINE = re.compile(r"(?<![\\$])\$(?![\s$])((?:\\.|[^$\\\n])+?)(?<!\s)\$(?!\$)")
 # nbconvert 的 mathjax() 宏写出的脚本（CDN 上的 MathJax 和它的配置）
-_MATHJAX = re.compile(r"\s*<!-- Load mathjax -->.*?<!-- End of mathjax configuration -->", re.DOTALL)
+_MATHJAX = re.compile(r"\s*(?:<!-- Loading mathjax macro -->\s*)?<!-- Load mathjax -->.*?<!-- End of mathjax configuration -->",
+                      re.DOTALL)
 
 
 def available() -> bool:
