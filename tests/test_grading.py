@@ -176,7 +176,7 @@ def test_tiny_without_bwrap_degrades_but_never_scores_silently(tiny_run, tmp_pat
     finally:
         os.chdir(cwd)
     rows = {r["student_id"]: r for r in gf.read_grades(course)}
-    assert rows["s01_correct"]["status"] == "ok" and float(rows["s01_correct"]["score"]) == 4.0
+    assert rows["s01_correct"]["status"] == "ok" and float(rows["s01_correct"]["score"]) == 4.0, rows["s01_correct"]
     assert "suspect" in gf.statuses(rows["s05_patch_numpy"]) and float(rows["s05_patch_numpy"]["score"]) == 0.0
     assert "suspect" in gf.statuses(rows["s10_read_solutions"])
     assert "timeout" in gf.statuses(rows["s13_stubborn_loop"]) and float(rows["s13_stubborn_loop"]["score"]) == 4.0
