@@ -853,6 +853,12 @@ HINTS = [
 ]
 
 
+def expected_status(sid: str) -> str:
+    """诚实的提交都是 ok；答案写在新单元格里的（"+after:"/"+before:" 且不是空白）是 repaired：评分器把它移进了答题单元格。"""
+    answers = SUBMISSIONS[sid][1]
+    return "repaired" if any(k.startswith("+") and answers[k].strip() for k in answers) else "ok"
+
+
 def parse_table() -> list[tuple]:
     rows = []
     for line in TABLE.strip().splitlines():
@@ -957,11 +963,11 @@ def format_table(lines: list[dict], only_listed: bool = True) -> str:
     from grading_demo import pad
 
     fmt = lambda x: "人工" if x is None else (x if isinstance(x, str) else f"{x:g}")  # noqa: E731
-    out = [pad("提交", 19) + pad("单元格", 24) + pad("期望", 6, True) + pad("得分", 6, True) + "  理由"]
+    out = [pad("提交", 21) + pad("单元格", 24) + pad("期望", 6, True) + pad("得分", 6, True) + "  理由"]
     for line in lines:
         if only_listed and line["why"] == "参考答案（表里没写）" and line["ok"]:
             continue
-        out.append(pad(line["sid"], 19) + pad(line["gid"], 24) + pad(fmt(line["want"]), 6, True)
+        out.append(pad(line["sid"], 21) + pad(line["gid"], 24) + pad(fmt(line["want"]), 6, True)
                    + pad(fmt(line["got"]), 6, True) + "  " + line["why"] + ("" if line["ok"] else "   ✗ 不符合期望"))
     return "\n".join(out)
 
@@ -995,9 +1001,8 @@ def test_honest_work_is_never_suspect_and_blank_written_answers_are_zero(graded)
         row = r["row"]
         assert row is not None, f"{sid} 不在 grades.csv 里"
         moved = "的答案写在了新单元格里，已移进答题单元格、交给助教人工评分" in row["detail"]
-        assert row["status"] == ("repaired" if moved else "ok"), (sid, row["status"], row["detail"])
-        added = [k for k in SUBMISSIONS[sid][1] if k.startswith("+") and SUBMISSIONS[sid][1][k].strip()]
-        assert moved == bool(added), (sid, row["detail"])
+        assert row["status"] == expected_status(sid), (sid, row["status"], row["detail"])
+        assert moved == (expected_status(sid) == "repaired"), (sid, row["detail"])
         assert "可疑" not in row["detail"] and "作弊" not in row["detail"], (sid, row["detail"])
         blank = [g for g, score in r["cells"].items() if g not in ec.CHECKS and score == 0.0]  # 文字题
         if blank:
