@@ -10,6 +10,14 @@
 - **torch 布尔掩码**：必须是 dtype 为 torch.bool 的张量。NumPy 数组不接受，因为 ``lib.transformer``
   的注意力只接受 torch 张量（放进模型会出错）；浮点或整数的 0/1 也不接受（很多库把浮点掩码当成加到打分上的数）。
 
+- **数值的容差**（``TOLERANCES``，三处共用 ``close``）：
+  - ``"computed"``：函数算出来的值。相对误差不超过 1e-4（以整个答案的量级为尺度），所以 NumPy 的 float32、
+    torch 默认的 float32（和 ``lib.transformer.apply_rope`` 一样）算出的正确答案都是满分；
+  - ``"hand"``：手算后填写的数，和答案相差不超过 0.01（保留两三位小数即可）；
+  - ``"share"``：比例、占比，和答案相差不超过 0.005（讲义写成百分数，例如 84%；保留到 0.84 或 0.842 都行）；
+  - 计数（整数）必须完全相同。
+  每道题在题目里写明它用哪一种。超出容差时，``shown`` 把“你的”和“应为”写到能看出差别的位数。
+
 评分时学生的函数在学生自己的内核里运行，``describe`` 把返回值变成纯 JSON 的无损描述；
 判定（``read_*``）在从未运行过学生代码的评分进程里进行。公开测试和自查直接用 ``number``、``array`` 等，
 它们就是 ``read_*(describe(x))``，所以三处的结论和说明文字一字不差。
@@ -25,6 +33,53 @@ import warnings
 import numpy as np
 
 MAX_VALUES = 200_000  # 更大的数组只记录形状（练习里没有这么大的答案）
+
+
+# 数值的容差：公开测试、隐藏检查、自查都用这一张表（见模块说明）
+TOLERANCES = {
+    "computed": {"rtol": 1e-4, "atol": 0.0},   # 算出来的值：float32 也算对
+    "hand": {"rtol": 0.0, "atol": 0.01},       # 手算填写的数：保留两三位小数
+    "share": {"rtol": 0.0, "atol": 0.005},     # 比例：讲义的精度（84%）
+}
+
+
+def close(got, want, kind: str = "computed") -> bool:
+    """got 和 want 在 kind 的容差内相等（形状也要相同）。computed：|got − want| ≤ rtol·max(|want| 的最大值, 1e-300)
+    逐元素比较，以整个答案的量级为尺度（float32 的误差和量级成正比，分量接近 0 时也不会误判）。"""
+    tol = TOLERANCES[kind]
+    try:
+        a, b = np.asarray(got, dtype=float), np.asarray(want, dtype=float)
+    except (TypeError, ValueError):
+        return False
+    if a.shape != b.shape or not (np.all(np.isfinite(a)) and np.all(np.isfinite(b))):
+        return False
+    scale = float(np.max(np.abs(b))) if b.size else 0.0
+    bound = tol["atol"] + tol["rtol"] * max(scale, 1e-300)
+    return bool(np.all(np.abs(a - b) <= bound))
+
+
+def within(got, want, scale, kind: str = "computed") -> bool:
+    """|got − want| 不超过 kind 的容差，尺度由调用者给出（例如差应为 0 时用输出的量级，打分用 |q||k|）。"""
+    tol = TOLERANCES[kind]
+    try:
+        diff = float(np.max(np.abs(np.asarray(got, dtype=float) - np.asarray(want, dtype=float))))
+    except (TypeError, ValueError):
+        return False
+    return bool(np.isfinite(diff)) and diff <= tol["atol"] + tol["rtol"] * max(abs(float(scale)), 1e-300)
+
+
+def shown(got, want, kind: str = "computed") -> tuple[str, str]:
+    """把 got 和 want 写成字符串，位数多到两者看得出不同（最少 4 位有效数字，最多 17 位）。"""
+    a, b = np.atleast_1d(np.asarray(got, dtype=float)), np.atleast_1d(np.asarray(want, dtype=float))
+    scalar = np.ndim(got) == 0 and np.ndim(want) == 0
+    for digits in range(4, 18):
+        ta = np.array2string(a, precision=digits, separator=", ", floatmode="maxprec")
+        tb = np.array2string(b, precision=digits, separator=", ", floatmode="maxprec")
+        if ta != tb or a.shape != b.shape or np.array_equal(a, b):
+            break
+    if scalar:
+        ta, tb = ta.strip("[]").strip(), tb.strip("[]").strip()
+    return ta, tb
 
 
 class FormatError(AssertionError):
@@ -254,10 +309,51 @@ def silenced():
         yield
 
 
+LEFTOVER_RAISE = ("你写了答案，但函数在 return 之前执行到了 raise NotImplementedError()："
+                  "删掉 raise NotImplementedError() 这一行")
+
+
+def has_own_code(fn) -> bool:
+    """函数里除了文档字符串、注释、pass 和 raise NotImplementedError() 之外还有没有别的语句（学生写的答案）。
+    拿不到源码时（例如用 exec 定义的函数）看字节码里用到的名字。"""
+    import ast
+    import inspect
+    import textwrap
+
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+        body = next(n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))).body
+    except (OSError, TypeError, SyntaxError, StopIteration):
+        code = getattr(fn, "__code__", None)
+        if code is None:
+            return False
+        own_locals = code.co_nlocals > code.co_argcount + code.co_kwonlyargcount
+        return bool(set(code.co_names) - {"NotImplementedError"} or own_locals)
+
+    def skeleton(node) -> bool:
+        if isinstance(node, ast.Pass) or (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)):
+            return True
+        if isinstance(node, ast.Raise) and node.exc is not None:
+            exc = node.exc.func if isinstance(node.exc, ast.Call) else node.exc
+            return isinstance(exc, ast.Name) and exc.id == "NotImplementedError"
+        return False
+
+    return not all(skeleton(node) for node in body)
+
+
+def unfinished_reason(fn) -> str:
+    """函数抛出了 NotImplementedError：还没作答，还是写了答案却没删掉 raise 那一行？"""
+    try:
+        return LEFTOVER_RAISE if has_own_code(fn) else "还没有作答（仍是 raise NotImplementedError()）"
+    except Exception:  # noqa: BLE001  学生的对象再怪也只影响说明
+        return "还没有作答（仍是 raise NotImplementedError()）"
+
+
 def call(fn, *args, what: str | None = None, **kwargs):
     """在测试单元格里调用你的函数：不显示它的 print、警告和日志；它出错时用中文说明是哪一次调用出的错。
 
-    NotImplementedError（还没作答）照原样抛出。"""
+    NotImplementedError：还没作答时照原样抛出；写了答案却在 return 之前执行到 raise NotImplementedError() 时，
+    说明要删掉那一行（return 之后剩下的 raise 不会执行，没有影响）。"""
     name = what or f"{getattr(fn, '__name__', '你的函数')}(...)"
     if not callable(fn):
         raise FormatError(f"{name}：这个名字不是函数，得到 {type(fn).__name__}")
@@ -265,6 +361,8 @@ def call(fn, *args, what: str | None = None, **kwargs):
         with silenced():
             return fn(*args, **kwargs)
     except NotImplementedError:
+        if unfinished_reason(fn) == LEFTOVER_RAISE:
+            raise AssertionError(f"{name}：{LEFTOVER_RAISE}") from None
         raise
     except Exception as err:  # noqa: BLE001  学生代码的任何错误：加上是哪一次调用
         raise AssertionError(f"调用 {name} 时你的函数出错了：{type(err).__name__}: {err}") from err

@@ -90,12 +90,33 @@ def _colab_live_notebook(timeout_sec: int = 30) -> dict:
     return reply["ipynb"]
 
 
-def _local_candidates(path_in_repo: str) -> list[Path]:
-    """本地：JupyterLab 的内核在 notebook 所在目录运行，所以先找当前目录里的同名文件。"""
+def session_notebook(namespace: dict | None = None) -> Path | None:
+    """这个内核服务的 notebook 文件。JupyterLab / Jupyter Server（2.0 起）启动内核时把 notebook 的路径放进环境变量
+    JPY_SESSION_NAME，ipykernel 把它放进全局变量 __session__；VS Code 用 __vsc_ipynb_file__。
+    路径可能是绝对路径，也可能相对于 Jupyter 的根目录：都试一试，找不到就返回 None。"""
+    import os
+
+    namespace = namespace or {}
+    for value in (namespace.get("__session__"), namespace.get("__vsc_ipynb_file__"), os.environ.get("JPY_SESSION_NAME")):
+        if not isinstance(value, str) or not value.endswith(".ipynb"):
+            continue
+        path = Path(value)
+        tries = [path] if path.is_absolute() else [Path.cwd() / path, *(p / path for p in Path.cwd().parents),
+                                                   Path.cwd() / path.name]
+        for p in tries:
+            if p.is_file():
+                return p
+    return None
+
+
+def _local_candidates(path_in_repo: str, namespace: dict | None = None) -> list[Path]:
+    """本地：先找这个内核服务的 notebook（session_notebook：文件名可能是“… (1).ipynb”“Copy of …”），
+    再找当前目录里的同名文件（JupyterLab 的内核在 notebook 所在目录运行）。"""
     name = Path(path_in_repo).name
     cwd = Path.cwd()
     rel = _release_relpath(path_in_repo)
-    return [cwd / name, cwd / path_in_repo, cwd / "release" / rel]
+    session = session_notebook(namespace)
+    return ([session] if session else []) + [cwd / name, cwd / path_in_repo, cwd / "release" / rel]
 
 
 # ---------------------------------------------------------------- 比较
@@ -150,12 +171,84 @@ def compare(student: dict, reference: dict) -> tuple[list[str], list[str]]:
             if changed:
                 problems.append(f"{what}的 nbgrader 元数据（{'、'.join(changed)}）被改动了。")
             if meta.get("solution") and "NotImplementedError" in _source(mine) and mine.get("cell_type") == "code":
-                notes.append(f"{what}还没有作答（里面仍是 raise NotImplementedError()）。")
+                state = _raise_state(_source(mine), _source(cell))
+                if state == "unanswered":
+                    elsewhere = _defined_elsewhere(_source(cell), plain)
+                    if elsewhere:
+                        notes.append(f"{what}没有改动，{'、'.join(elsewhere)} 的答案写在了新单元格里。评分时新单元格也会运行，"
+                                     f"但请把它剪切到答题单元格“{gid}”里（替换掉 raise NotImplementedError() 那几行），再删掉新单元格。")
+                    else:
+                        notes.append(f"{what}还没有作答（里面仍是 raise NotImplementedError()）。")
+                elif state == "before_return":
+                    problems.append(f"作答：{what}：{fmt.LEFTOVER_RAISE}（它在 return 之前，函数运行到这里就出错）。")
         known = {m["grade_id"] for _, m in ref_cells}
         extra = sorted(set(by_id) - known)
         if extra:
             problems.append(f"有发布版里没有的评分单元格：{'、'.join(extra)}（是从别的练习复制过来的吗？）。")
     return problems, notes
+
+
+def _raise_state(source: str, reference: str) -> str | None:
+    """答题单元格里的 raise NotImplementedError()：unanswered（和发布版一样，没作答）、before_return（写了答案，
+    但 raise 在 return 之前，会执行到）；在 return 之后的 raise 不会执行，没有影响（None）。"""
+    import ast
+
+    if source.strip() == reference.strip():
+        return "unanswered"
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return None  # 语法错误由测试单元格报告
+    raises = lambda node: isinstance(node, ast.Raise) and "NotImplementedError" in ast.dump(node)  # noqa: E731
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for stmt in node.body:
+                if isinstance(stmt, ast.Return):
+                    break  # 之后的语句不会执行
+                if raises(stmt):
+                    return "unanswered" if not fmt_has_code(node) else "before_return"
+    if any(raises(stmt) for stmt in tree.body):
+        return "before_return"
+    return None
+
+
+def fmt_has_code(func) -> bool:
+    import ast
+
+    skeleton = lambda n: (isinstance(n, ast.Pass) or (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))  # noqa: E731
+                          or (isinstance(n, ast.Raise) and "NotImplementedError" in ast.dump(n)))
+    return not all(skeleton(n) for n in func.body)
+
+
+def _defined_elsewhere(reference: str, plain_cells: list) -> list:
+    """发布版答题单元格里要写的函数，在学生自己加的代码单元格里定义了哪些。"""
+    import ast
+
+    try:
+        wanted = {n.name for n in ast.parse(reference).body if isinstance(n, ast.FunctionDef)}
+    except SyntaxError:
+        return []
+    found = set()
+    for c in plain_cells:
+        if c.get("cell_type") != "code":
+            continue
+        try:
+            found |= {n.name for n in ast.parse(_source(c)).body if isinstance(n, ast.FunctionDef)} & wanted
+        except SyntaxError:
+            continue
+    return sorted(found)
+
+
+def added_answer_problems(student: dict, reference: dict) -> list[str]:
+    """没作答的文字题旁边有学生自己加的、非空的单元格（和评分时的判断是同一段代码：lib/grading/repair.py）。"""
+    from lib.grading import repair
+
+    try:
+        repaired, _ = repair.repair(student, reference, move_added=False)
+        found = repair.added_answers(repaired, reference)
+    except Exception:  # noqa: BLE001  自查从不因为 notebook 奇怪而出错
+        return []
+    return [f"作答：文字题“{gid}”的" + repair.ADDED_ANSWER_HINT.format(gid=gid) for gid in sorted(found)]
 
 
 def _describe(cell: dict, meta: dict) -> str:
@@ -212,7 +305,8 @@ def _examples() -> dict:
         "04_blocks_and_cost": {
             "count_params": ("integer", None, lambda: (50257, 768, 12, 1024, True, "learned")),
             "crossover_length": ("number", None, lambda: (768,)),
-            "attention_share": ("number", None, lambda: (128, 768))},
+            "attention_share": ("number", None, lambda: (128, 768)),
+            "crossover_4096": ("number", None, None), "share_128k": ("number", None, None)},
         "05_masks_and_kv_cache": {
             "key_padding_mask": ("torch_bool_mask", 4, pad_mask),
             "positions_without_cache": ("integer", None, lambda: (1, 3)),
@@ -252,7 +346,10 @@ def check_formats(notebook: str, namespace: dict) -> tuple[list[str], list[str]]
                 notes.append(f"{name} 还没有作答。")
                 continue
             except AssertionError as err:  # call() 的说明：函数在小例子上出错了
-                notes.append(str(err))
+                if fmt.LEFTOVER_RAISE in str(err):
+                    problems.append(f"作答：{err}")
+                else:
+                    notes.append(str(err))
                 continue
         elif value is None:
             notes.append(f"{name} 还没有填写。")
@@ -283,7 +380,7 @@ _HOW_TO_FIX = """怎么修：
 
 def report(problems: list[str], notes: list[str], path_in_repo: str, checked: str) -> str:
     lines = [f"自查 {path_in_repo}（检查的是：{checked}）"]
-    structure = [p for p in problems if not p.startswith("格式：")]
+    structure = [p for p in problems if not p.startswith(("格式：", "作答："))]
     if problems:
         lines.append(f"✗ 发现 {len(problems)} 个会影响评分的问题，提交前请修好：")
         lines += [f"  {i}. {p}" for i, p in enumerate(problems, 1)]
@@ -310,6 +407,7 @@ def check_notebook(student: dict, path_in_repo: str, checked: str = "给定的 n
     给了 namespace（notebook 的全局变量）时，再用评分的规则检查答案的格式。"""
     reference, _ = load_reference(path_in_repo, root, student_file)
     problems, notes = compare(student, reference)
+    problems += added_answer_problems(student, reference)
     if namespace is not None:
         more, more_notes = check_formats(Path(path_in_repo).stem, namespace)
         problems, notes = problems + more, notes + more_notes
@@ -331,7 +429,7 @@ def check_this_notebook(path_in_repo: str, namespace: dict | None = None) -> boo
                   f"  python -m lib.selfcheck 下载的文件.ipynb --against {path_in_repo}")
             return _formats_only(path_in_repo, namespace)
         return check_notebook(student, path_in_repo, "Colab 里正在编辑的这个 notebook", namespace=namespace)
-    for path in _local_candidates(path_in_repo):
+    for path in _local_candidates(path_in_repo, namespace):
         if path.is_file():
             when = _dt.datetime.fromtimestamp(path.stat().st_mtime).strftime("%H:%M:%S")
             try:
@@ -362,8 +460,17 @@ def _formats_only(path_in_repo: str, namespace: dict) -> None:
 
 
 def _guess_release_path(student_file: Path, root: Path | None = None) -> str:
+    """按文件名找发布版。文件名的规则和评分时相同（lib.grading.collect.resolve_notebook）：
+    浏览器加的“ (1)”、Colab 的“Copy of …”、“…的副本”都认得出。"""
+    from lib.grading.collect import resolve_notebook
+
     root = Path(root or REPO_ROOT)
     matches = sorted((root / "release").glob(f"*/{student_file.name}"))
+    if not matches:
+        for folder in sorted(p for p in (root / "release").glob("*") if p.is_dir()):
+            name, _ = resolve_notebook(student_file.stem, [p.stem for p in folder.glob("*.ipynb")])
+            if name:
+                matches.append(folder / f"{name}.ipynb")
     if len(matches) != 1:
         raise SystemExit(f"认不出 {student_file.name} 属于哪个练习（release/ 里有 {len(matches)} 个同名文件）；"
                          "请用 --against release/练习/文件.ipynb 指定")

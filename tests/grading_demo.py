@@ -94,11 +94,12 @@ def fairness_table(course: Path) -> int:
     rows = fair.results(course)
     lines = fair.compare(rows)
     bad = sum(not line["ok"] for line in lines)
-    not_ok = sorted(sid for sid, r in rows.items() if not r["row"] or r["row"]["status"] != "ok")
+    not_ok = sorted(sid for sid, r in rows.items() if not r["row"] or r["row"]["status"] != fair.expected_status(sid))
     print("\n公平性（tests/test_fairness.py 的表；表里没写的单元格是参考答案，应得满分）：\n")
     print(fair.format_table(lines))
     print(f"\n{len(lines) - bad} / {len(lines)} 个单元格的得分符合期望；"
-          f"{len(rows) - len(not_ok)} / {len(rows)} 份提交的状态是 ok" + (f"（不是 ok：{'、'.join(not_ok)}）" if not_ok else ""))
+          f"{len(rows) - len(not_ok)} / {len(rows)} 份提交的状态符合期望（ok；答案写在新单元格里的是 repaired）"
+          + (f"（不符合：{'、'.join(not_ok)}）" if not_ok else ""))
     return bad + len(not_ok)
 
 

@@ -27,6 +27,7 @@ import pytest
 
 from lib.grading import exercise_checks as ec
 from lib.grading import probes
+from lib.grading.exercises import ex01, ex03, ex04, ex05  # noqa: F401  每个练习 notebook 的探针和检查
 
 ROOT = Path(__file__).resolve().parents[1]
 ASSIGNMENT = "exercises"
@@ -150,7 +151,11 @@ PARTIAL = {  # (grade_id, 说明) → 得分比例；不在这里的都是 0
     ("ex5_numbers", "(c) 答成负数"): 0.8,
     ("ex5_rope", "相邻两维配对（原论文的排列）"): 2 / 6,   # 只有“打分只依赖 m − n”
     ("ex5_rope", "忽略 base"): 5 / 6,
-    ("ex6_param_count", "RoPE 也算了位置表"): 2 / 6,       # 只有可学习位置表那一部分对
+    ("ex6_param_count", "RoPE 也算了位置表"): 3 / 6,       # 可学习位置嵌入那一部分、最后的层归一化对
+    ("ex6_param_count", "忘了最后的层归一化"): 4.5 / 6,
+    ("ex6_param_count", "忽略 tied"): 1.5 / 6,              # 三部分都有一组不共享的，都错；最后的层归一化对    # 讲义的 12d² + 13d：只丢最后的 2d 那 1.5 分
+    ("ex7_crossover", "答成 d"): 0.5 / 2,                  # crossover_4096（参考答案的值）对
+    ("ex7_share", "比值不是占比"): 0.5 / 2,                # share_128k（参考答案的值）对
     ("ex11_counts", "忘了新词的位置"): 1 / 2,
     ("ex11_counts", "有缓存时只数新词"): 1 / 2,
     ("ex11_cached_generation", "没用缓存（每步重算整个序列）"): 3 / 6,  # 词元对
@@ -409,7 +414,7 @@ def test_missing_or_crashing_answers_score_zero(grade_id):
                                         "rotate_2d", "rope", "count_params", "crossover_length",
                                         "attention_share", "key_padding_mask", "positions_without_cache",
                                         "positions_with_cache", "generate_cached"]}
-    crashing.update({name: None for name in ["scores_1", "weights_1", "outputs_1", *probes.EX5_NAMES]})
+    crashing.update({name: None for name in ["scores_1", "weights_1", "outputs_1", *ex03.EX5_NAMES]})
     fraction, message = ec.grade(grade_id, crashing, 0)
     assert fraction == 0.0 and message
 
@@ -435,9 +440,10 @@ def self_attention(Q, K, V, mask=None):
 
 
 def test_probes_work_when_shipped_as_source_text(reference):
-    """评分流水线把 probes.py 的源码送进学生的内核执行：这样得到的 PROBES 和导入的模块结果相同。"""
+    """评分流水线把 probes.py 和每个练习模块的探针一段（probes.kernel_source）送进学生的内核执行：
+    这样得到的 PROBES 和导入的模块结果相同。"""
     shipped: dict = {"__name__": "shipped_probes"}
-    exec(compile((ROOT / "lib" / "grading" / "probes.py").read_text(encoding="utf-8"), "probes.py", "exec"), shipped)
+    exec(compile(probes.kernel_source(), "probes.py", "exec"), shipped)
     for grade_id, check in ec.CHECKS.items():
         data = json.loads(json.dumps(shipped["PROBES"][grade_id](reference[check.notebook], 5)))
         assert data == json.loads(json.dumps(probes.PROBES[grade_id](reference[check.notebook], 5))), grade_id
@@ -450,14 +456,14 @@ def test_tiny_lm_matches_lib_generate_interface():
 
     from lib.transformer import generate
 
-    model = probes.TinyLM(5)
+    model = ex05.TinyLM(5)
     prompt = torch.tensor([[1, 2, 3], [4, 5, 6]])
     uncached = generate(model, prompt, 6, use_cache=False, greedy=True)
     model.calls.clear()
     cached = generate(model, prompt, 6, use_cache=True, greedy=True)
     assert torch.equal(cached, uncached)
     assert sum(c["positions"] for c in model.calls) == 3 + 6 - 1
-    assert cached.tolist() == ec.greedy_reference(5, prompt, 6)
+    assert cached.tolist() == ex05.greedy_reference(5, prompt, 6)
 
 
 def test_numpy_tiny_lm_matches_the_torch_one():
@@ -468,8 +474,8 @@ def test_numpy_tiny_lm_matches_the_torch_one():
     for seed in (0, 5, 2**31 - 2):
         idx = rng.integers(0, 13, size=(3, 9))
         with torch.no_grad():
-            want = probes.TinyLM(seed)(torch.as_tensor(idx)).logits.numpy()
-        got = ec.tiny_lm_logits(probes.tiny_lm_weights(seed), idx)
+            want = ex05.TinyLM(seed)(torch.as_tensor(idx)).logits.numpy()
+        got = ex05.tiny_lm_logits(ex05.tiny_lm_weights(seed), idx)
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
 
 
@@ -479,12 +485,12 @@ def test_numpy_encoder_reference_sees_padding_only_through_the_mask():
     x = rng.normal(size=(1, 6, 8))
     x[0, 4:] = 50 * rng.normal(size=(2, 8))
     pad = np.arange(6) < 4
-    alone = ec.encoder_outputs(x[:, :4], None, 7)[0]
-    keys = ec.encoder_outputs(x, pad[None, None, None, :], 7)[0, :4]
-    rows = ec.encoder_outputs(x, np.broadcast_to(pad[None, None, :, None], (1, 1, 6, 6)), 7)[0, :4]
+    alone = ex05.encoder_outputs(x[:, :4], None, 7)[0]
+    keys = ex05.encoder_outputs(x, pad[None, None, None, :], 7)[0, :4]
+    rows = ex05.encoder_outputs(x, np.broadcast_to(pad[None, None, :, None], (1, 1, 6, 6)), 7)[0, :4]
     np.testing.assert_allclose(keys, alone, rtol=1e-10, atol=1e-12)
-    assert not np.allclose(rows, alone) and not np.allclose(ec.encoder_outputs(x, None, 7)[0, :4], alone)
-    assert np.isfinite(ec.encoder_outputs(x, np.zeros((1, 1, 6, 6), bool), 7)).all()  # 整行被挡：权重为 0，不是 NaN
+    assert not np.allclose(rows, alone) and not np.allclose(ex05.encoder_outputs(x, None, 7)[0, :4], alone)
+    assert np.isfinite(ex05.encoder_outputs(x, np.zeros((1, 1, 6, 6), bool), 7)).all()  # 整行被挡：权重为 0，不是 NaN
 
 
 def test_judging_never_imports_torch(reference):
@@ -514,14 +520,14 @@ def test_numpy_references_agree_with_lib():
     out_t, w_t = scaled_dot_product_attention(*(torch.tensor(a) for a in (q, k, v)), torch.tensor(mask))
     assert np.allclose(out, out_t.numpy()) and np.allclose(w, w_t.numpy())
     x = rng.normal(size=(7, 8))
-    assert np.allclose(ec.rope(x, np.arange(7)), apply_rope(torch.tensor(x)).numpy(), atol=1e-6)
-    assert np.allclose(ec.layer_norm(x), layer_norm(torch.tensor(x)).numpy())
+    assert np.allclose(ex03.rope(x, np.arange(7)), apply_rope(torch.tensor(x)).numpy(), atol=1e-6)
+    assert np.allclose(ex05.layer_norm(x), layer_norm(torch.tensor(x)).numpy())
     from lib.transformer import lm_param_formula
 
-    for V, d, n_layers, max_len, tied, pos in probes.inputs_param_count(11):
-        assert ec.count_params(V, d, n_layers, max_len, tied, pos) == lm_param_formula(V, d, n_layers, max_len, pos, tied)
-    assert ec.count_params(*probes.GPT2_SMALL) == 124_439_808
-    assert round(ec.count_params(*probes.LLAMA_LIKE) / 1e9, 1) == 6.7
+    for V, d, n_layers, max_len, tied, pos in ex04.inputs_param_count(11):
+        assert ex04.count_params(V, d, n_layers, max_len, tied, pos) == lm_param_formula(V, d, n_layers, max_len, pos, tied)
+    assert ex04.count_params(*ex04.GPT2_SMALL) == 124_439_808
+    assert round(ex04.count_params(*ex04.LLAMA_LIKE) / 1e9, 1) == 6.7
     assert math.isclose(131072 / (131072 + 6 * 4096), 0.842, abs_tol=5e-4)
 
 

@@ -455,6 +455,147 @@ GENERATE_FULL_SEQUENCE = generate_src("""\
         idx = torch.cat([idx, nxt], 1)
     return idx
 """)
+# ---------------------------------------------------------------------------- issue 20：float32、讲义的精度、新单元格、
+# 没删掉的 raise、按真实原因给的提示
+ATTENTION_FLOAT32 = """\
+def self_attention(Q, K, V, mask=None):
+    Q, K, V = (np.asarray(t, dtype=np.float32) for t in (Q, K, V))   # 全程 float32
+    scores = np.matmul(Q, np.swapaxes(K, -1, -2)) / np.float32(math.sqrt(Q.shape[-1]))
+    if mask is not None:
+        scores = np.where(mask, scores, np.float32(-np.inf))
+    weights = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    weights = weights / weights.sum(axis=-1, keepdims=True)
+    return weights @ V, weights
+"""
+ATTENTION_TORCH = """\
+import torch
+
+
+def self_attention(Q, K, V, mask=None):
+    Q, K, V = (torch.as_tensor(t, dtype=torch.float32) for t in (Q, K, V))   # torch 的默认 dtype
+    scores = Q @ K.transpose(-1, -2) / Q.shape[-1] ** 0.5
+    if mask is not None:
+        scores = scores.masked_fill(~torch.as_tensor(mask), float("-inf"))
+    weights = torch.softmax(scores, dim=-1)
+    return (weights @ V).numpy(), weights.numpy()
+"""
+ATTENTION_BOOL_INDEX = """\
+def self_attention(Q, K, V, mask=None):
+    scores = Q @ np.swapaxes(K, -1, -2) / np.sqrt(Q.shape[-1])
+    if mask is not None:
+        scores[~mask] = -np.inf                     # 布尔索引：掩码要和打分同形状，不能广播
+    weights = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    weights /= weights.sum(axis=-1, keepdims=True)
+    return weights @ V, weights
+"""
+QUERIES_LEFTOVER = """\
+def copy_query(K, a):
+    q = 30.0 * K[a]
+    raise NotImplementedError()                     # 写了答案，却忘了删掉这一行（在 return 之前）
+    return q
+
+
+def average_query(K, a, b):
+    return 12.0 * (K[a] + K[b])
+    raise NotImplementedError()                     # 在 return 之后：不会执行
+"""
+SCALING_FLOAT32 = """\
+def score_variance(d_k, sigma):
+    return np.float32(d_k) * np.float32(sigma) ** 4
+
+
+def score_divisor(d_k, sigma):
+    return np.sqrt(np.float32(d_k)) * np.float32(sigma) ** 2
+"""
+SCALING_TORCH = """\
+import torch
+
+
+def score_variance(d_k, sigma):
+    return torch.tensor(float(d_k)) * torch.tensor(sigma) ** 4      # 0 维的 float32 张量
+
+
+def score_divisor(d_k, sigma):
+    return torch.sqrt(score_variance(d_k, sigma))
+"""
+GAP_FLOAT32 = gap_src("""\
+    X32 = X.astype(np.float32)                      # float32：不加掩码时差是 1e-7 左右，不是恰好 0
+    W = [w.astype(np.float32) for w in (W_q, W_k, W_v)]
+
+    def sa(Z):
+        s = (Z @ W[0]) @ (Z @ W[1]).T / np.float32(np.sqrt(W[1].shape[1]))
+        if causal:
+            s = np.where(np.tril(np.ones(s.shape, bool)), s, -np.inf)
+        w = np.exp(s - s.max(axis=1, keepdims=True))
+        return (w / w.sum(axis=1, keepdims=True)) @ (Z @ W[2])
+
+    return float(np.abs(sa(X32[perm]) - sa(X32)[perm]).max())
+""")
+GAP_INVERSE_PERM = gap_src("""\
+    P = np.eye(len(perm))[:, perm]                  # 反方向的置换：P @ X == X[np.argsort(perm)]
+    return float(np.abs(sa_numpy(P @ X, W_q, W_k, W_v, causal) - P @ sa_numpy(X, W_q, W_k, W_v, causal)).max())
+""")
+ROTATE_TORCH = """\
+import torch
+
+
+def rotate_2d(x, angle):
+    a = torch.tensor(angle)                         # float32
+    R = torch.stack([torch.stack([a.cos(), -a.sin()]), torch.stack([a.sin(), a.cos()])])
+    return R @ torch.as_tensor(x, dtype=torch.float32)
+"""
+ROTATE_FLOAT32 = """\
+def rotate_2d(x, angle):
+    c, s = np.cos(np.float32(angle)), np.sin(np.float32(angle))
+    x = np.asarray(x, dtype=np.float32)
+    return np.array([c * x[0] - s * x[1], s * x[0] + c * x[1]], dtype=np.float32)
+"""
+ROPE_TORCH = rope_src("""\
+    import torch
+    x = torch.as_tensor(x, dtype=torch.float32)     # 和 lib.transformer.apply_rope 一样用 float32
+    d = x.shape[-1]
+    inv_freq = 1.0 / base ** (torch.arange(0, d, 2).float() / d)
+    angles = torch.as_tensor(positions).float()[:, None] * inv_freq
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat([x1 * angles.cos() - x2 * angles.sin(), x1 * angles.sin() + x2 * angles.cos()], dim=-1)
+""")
+ROPE_FLOAT32 = rope_src("""\
+    x = np.asarray(x, dtype=np.float32)
+    h = x.shape[1] // 2
+    theta = (base ** (-2 * np.arange(h) / x.shape[1])).astype(np.float32)
+    ang = np.asarray(positions, dtype=np.float32)[:, None] * theta
+    out = np.empty_like(x)
+    out[:, :h] = x[:, :h] * np.cos(ang) - x[:, h:] * np.sin(ang)
+    out[:, h:] = x[:, :h] * np.sin(ang) + x[:, h:] * np.cos(ang)
+    return out
+""")
+COUNT_LECTURE_BLOCKS = count_src("""\
+    per_block = 12 * d**2 + 13 * d                  # 讲义 §15：用 12d² + 13d 估算，不算最后的层归一化
+    embeddings = V * d + (max_len * d if positions == "learned" else 0)
+    return embeddings + sum(per_block for _ in range(n_layers)) + (0 if tied else V * d)
+""")
+COMPUTE_ROUNDED = compute_src("    return np.float32(6 * d)", "    return round(n / (n + 6 * d), 3)   # 讲义的精度")
+COMPUTE_PERCENT = compute_src("    return 6.0 * d", "    return 100 * n / (n + 6 * d)        # 百分数，不是 0 到 1 的小数")
+LECTURE_ROUNDED = "crossover_4096 = 6 * 4096\nshare_128k = 0.84                                   # 讲义写的 84%\n"
+LECTURE_PERCENT = "crossover_4096 = 24576.0\nshare_128k = 84                                     # 百分数\n"
+LECTURE_FLOAT32 = ("crossover_4096 = crossover_length(4096)\n"
+                   "share_128k = np.float32(attention_share(131072, 4096))\n")
+COUNTS_LEFTOVER = counts_src("    return m * n + m * (m - 1) // 2\n    raise NotImplementedError()",
+                             "    return n + m - 1\n    raise NotImplementedError()")
+GENERATE_LEFTOVER = GENERATE_ARGMAX + "    raise NotImplementedError()                     # return 之后：不会执行\n"
+GENERATE_LEFTOVER_BEFORE = generate_src("""\
+    cache, idx, step = model.new_kv_cache(), prompt, prompt
+    raise NotImplementedError()                     # 忘了删掉：在 return 之前
+    for _ in range(max_new_tokens):
+        step = model(step, kv_cache=cache).logits[:, -1, :].argmax(-1, keepdim=True)
+        idx = torch.cat([idx, step], 1)
+    return idx
+""")
+ADDED_PRE_LN = ("**(a)** 一定包含单位矩阵 $I$：残差主干把 $x^{(0)}$ 原样加到输出上，梯度沿这条路不衰减。\n\n"
+                "**(b)** Post-LN 里主干每层都经过 LN，$I$ 被 $J_{LN}$ 连乘取代，所以需要预热、深了难训练。")
+ADDED_MASK_1 = "(a) 双向注意力会看到填充位置，填充是无意义的向量，会污染真实词的表示。"
+ADDED_MASK_2 = "(b) 加在列（键）上。(c) 因果掩码下真实的词本来就看不到右边的填充。"
+
 PROOF = "$Q' = PQ$，$K' = PK$，$V' = PV$；打分变成 $PSP^\\top$，按行 softmax 和置换交换，所以 $SA(PX) = P\\,SA(X)$。加因果掩码后不成立。"
 
 NB1, NB2, NB3, NB4, NB5 = ("01_attention_by_hand", "02_scaling_and_equivariance", "03_positions_and_rope",
@@ -508,6 +649,22 @@ SUBMISSIONS = {  # 学号 → (notebook, {答案单元格的 grade_id: 内容})
                        "ex11_generation_answer": GENERATE_NEW_ONLY}),
     "f05_half_b": (NB5, {"ex8_pad_mask_answer": MASK_FLOAT, "ex11_counts_answer": COUNTS_STRING,
                          "ex11_generation_answer": GENERATE_FULL_SEQUENCE}),
+    # issue 20。"+after:GID" / "+before:GID"：在那个答案单元格的下面 / 上面加一个学生自己的 Markdown 单元格
+    "f01_float32": (NB1, {"ex1_self_attention_answer": ATTENTION_FLOAT32, "ex4_answer": QUERIES_LEFTOVER}),
+    "f01_torch": (NB1, {"ex1_self_attention_answer": ATTENTION_TORCH}),
+    "f01_bool_index": (NB1, {"ex1_self_attention_answer": ATTENTION_BOOL_INDEX}),
+    "f02_float32": (NB2, {"ex2_answer": SCALING_FLOAT32, "ex3_equivariance_answer": GAP_FLOAT32,
+                          "+after:ex3_proof": PROOF}),
+    "f02_torch": (NB2, {"ex2_answer": SCALING_TORCH, "ex3_equivariance_answer": GAP_INVERSE_PERM}),
+    "f03_torch": (NB3, {"ex5_rotate_2d_answer": ROTATE_TORCH, "ex5_rope_answer": ROPE_TORCH}),
+    "f03_float32": (NB3, {"ex5_rotate_2d_answer": ROTATE_FLOAT32, "ex5_rope_answer": ROPE_FLOAT32}),
+    "f04_lecture": (NB4, {"ex6_answer": COUNT_LECTURE_BLOCKS, "ex7_answer": COMPUTE_ROUNDED,
+                          "ex7_lecture_answer": LECTURE_ROUNDED, "+after:ex9_answer": ADDED_PRE_LN}),
+    "f04_float32": (NB4, {"ex7_answer": COMPUTE_ROUNDED, "ex7_lecture_answer": LECTURE_FLOAT32}),
+    "f04_percent": (NB4, {"ex7_answer": COMPUTE_PERCENT, "ex7_lecture_answer": LECTURE_PERCENT}),
+    "f05_leftover": (NB5, {"ex11_counts_answer": COUNTS_LEFTOVER, "ex11_generation_answer": GENERATE_LEFTOVER,
+                           "+after:ex8_answer": ADDED_MASK_1, "+after:ex8_answer ": ADDED_MASK_2}),
+    "f05_leftover_before": (NB5, {"ex11_generation_answer": GENERATE_LEFTOVER_BEFORE, "+before:ex8_answer": "   "}),
 }
 
 # ============================================================================ 规格：期望的分数
@@ -578,11 +735,11 @@ f04_numpy        ex6_param_count         6      dict 求和，返回 np.int64
 f04_numpy        ex7_crossover           2      返回只有一个元素的数组
 f04_numpy        ex7_share               2      直接用两部分的乘加次数
 f04_numpy        ex9_answer              0      没作答：自动 0 分
-f04_mistakes     ex6_param_count         0      讲义的估算，少了最后的层归一化 2d（公开测试的 GPT-2 就能发现）
-f04_mistakes     ex7_crossover           0      答成 d
-f04_mistakes     ex7_share               0      比值 n/6d 不是占比
-f04_half         ex6_param_count         4      RoPE 也算了位置表：可学习和正弦/无位置两部分对
-f04_half         ex7_crossover           0      返回字符串：格式不对
+f04_mistakes     ex6_param_count         4.5    讲义的 12d² + 13d 估算，只少了最后的层归一化 2d：只丢那 1.5 分
+f04_mistakes     ex7_crossover           0.5    答成 d；讲义的问题 crossover_4096 答对（0.5）
+f04_mistakes     ex7_share               0.5    比值 n/6d 不是占比；share_128k 答对（0.5）
+f04_half         ex6_param_count         4.5    RoPE 也算了位置表：可学习、正弦/无位置、最后的层归一化三部分对
+f04_half         ex7_crossover           0.5    返回字符串：格式不对；crossover_4096 答对
 f04_half_b       ex6_param_count         0      返回带千位分隔符的字符串：格式不对
 f05_alt          ex8_pad_mask            6      unsqueeze 两次
 f05_alt          ex11_counts             3      求和的循环；用缓存时 n + m − 1
@@ -599,6 +756,37 @@ f05_half         ex11_cached_generation  0      只返回了新词：形状不�
 f05_half_b       ex8_pad_mask            0      浮点的 0/1 掩码：格式不对
 f05_half_b       ex11_counts             1.5    用缓存的计数返回字符串：那一半格式不对
 f05_half_b       ex11_cached_generation  0      用了缓存却每步送入整个序列：词元不对
+f01_float32      ex1_self_attention      8      全程 np.float32
+f01_float32      ex4_copy_query          0      写了答案但 raise NotImplementedError() 在 return 之前
+f01_float32      ex4_average_query       3      raise NotImplementedError() 在 return 之后：不会执行，不影响
+f01_torch        ex1_self_attention      8      torch 的默认 float32、masked_fill、torch.softmax
+f01_bool_index   ex1_self_attention      6      scores[~mask] 布尔索引：只有要广播的掩码那一部分出错
+f02_float32      ex2_variance            2      np.float32
+f02_float32      ex2_divisor             2      np.float32
+f02_float32      ex3_equivariance        5      float32：不加掩码时的差是 1e-7 左右
+f02_float32      ex3_proof               人工   证明写在了答案单元格下面新加的单元格里：交给助教，不是 0
+f02_torch        ex2_variance            2      0 维的 torch float32 张量
+f02_torch        ex2_divisor             2      torch.sqrt
+f02_torch        ex3_equivariance        3      置换方向反了（np.eye(n)[:, perm]）：不加掩码的部分对
+f02_torch        ex3_proof               0      没作答：自动 0 分
+f03_torch        ex5_rotate_2d           3      torch float32 的旋转矩阵
+f03_torch        ex5_rope                6      torch float32，inv_freq 和 chunk（apply_rope 的写法）
+f03_float32      ex5_rotate_2d           3      np.float32
+f03_float32      ex5_rope                6      np.float32，逐半写进 empty_like
+f04_lecture      ex6_param_count         4.5    逐层加讲义的 12d² + 13d：只差最后的 2d
+f04_lecture      ex7_crossover           2      np.float32(6d)；crossover_4096 = 6 * 4096
+f04_lecture      ex7_share               2      保留 3 位小数；share_128k = 0.84（讲义的 84%）
+f04_lecture      ex9_answer              人工   答案写在了新加的单元格里：交给助教，不是 0
+f04_float32      ex7_crossover           2      crossover_4096 调用自己的函数（np.float32）
+f04_float32      ex7_share               2      share_128k 是 np.float32
+f04_float32      ex9_answer              0      没作答：自动 0 分
+f04_percent      ex7_crossover           2      6.0 * d
+f04_percent      ex7_share               0      函数和 share_128k 都给了百分数（84），不是 0 到 1 的小数
+f05_leftover     ex11_counts             3      return 后面剩下的 raise NotImplementedError() 不影响
+f05_leftover     ex11_cached_generation  6      同上
+f05_leftover     ex8_answer              人工   答案分两段写在了新加的两个单元格里
+f05_leftover_before ex11_cached_generation 0   raise NotImplementedError() 在 return 之前：说要删掉那一行
+f05_leftover_before ex8_answer           0      答案单元格上面只加了一个空白单元格：还是没作答
 """
 
 # 同一个格式问题，三处说同一句话；None = 这种格式三处都接受（公开测试不报错、自检没有 ✗、评分给满分）
@@ -620,10 +808,24 @@ AGREE = [
     ("f04_numpy", "ex6_param_count", "count_params", None),
     ("f04_numpy", "ex7_crossover", "crossover_length", None),
     ("f05_lecture_count", "ex11_counts", "positions_without_cache", None),
+    ("f01_float32", "ex1_self_attention", "self_attention", None),
+    ("f01_torch", "ex1_self_attention", "self_attention", None),
+    ("f02_float32", "ex2_variance", "score_variance", None),
+    ("f02_float32", "ex3_equivariance", "equivariance_gap", None),
+    ("f02_torch", "ex2_divisor", "score_divisor", None),
+    ("f03_torch", "ex5_rotate_2d", "rotate_2d", None),
+    ("f03_torch", "ex5_rope", "rope", None),
+    ("f03_float32", "ex5_rotate_2d", "rotate_2d", None),
+    ("f03_float32", "ex5_rope", "rope", None),
+    ("f04_lecture", "ex7_share", "attention_share", None),
+    ("f04_float32", "ex7_crossover", "crossover_length", None),
+    ("f05_leftover", "ex11_counts", "positions_with_cache", None),
+    ("f01_float32", "ex4_copy_query", "copy_query", "删掉 raise NotImplementedError() 这一行"),
+    ("f05_leftover_before", "ex11_cached_generation", "generate_cached", "删掉 raise NotImplementedError() 这一行"),
 ]
 
 # 典型错误：公开测试（交之前）和评分说明（交之后）都说出原因
-# 提交、单元格、公开测试里的一句话、评分说明里的一句话
+# 提交、单元格、公开测试里的一句话（None：公开测试的小例子发现不了这个错误，它不报错）、评分说明里的一句话
 HINTS = [
     ("f01_mistakes", "ex1_self_attention", "打分除以 √d_k 了吗", "乘了 √d_k"),
     ("f01_moderate", "ex1_self_attention", "打分除以 √d_k 了吗", "没有除以 √d_k"),
@@ -643,7 +845,18 @@ HINTS = [
     ("f05_mistakes", "ex8_pad_mask", "掩码挡住的是行还是列", "应该挡列"),
     ("f05_mistakes", "ex11_counts", "讲义的 n + m", "讲义的 n + m"),
     ("f05_mistakes", "ex11_cached_generation", "kv_cache", "kv_cache"),
+    ("f01_bool_index", "ex1_self_attention", "因果掩码 (3, 3)", "不能用布尔索引 scores[~mask]"),
+    ("f02_torch", "ex3_equivariance", None, "置换的方向反了"),
+    ("f04_lecture", "ex6_param_count", "124,439,808", "讲义 §15 的答案用 12d² + 13d 估算"),
+    ("f04_percent", "ex7_share", "d = 768、n = 128 时占比应约为 2.7%", "占比是 0 到 1 之间的小数"),
+    ("f01_float32", "ex4_copy_query", "删掉 raise NotImplementedError() 这一行", "删掉 raise NotImplementedError() 这一行"),
 ]
+
+
+def expected_status(sid: str) -> str:
+    """诚实的提交都是 ok；答案写在新单元格里的（"+after:"/"+before:" 且不是空白）是 repaired：评分器把它移进了答题单元格。"""
+    answers = SUBMISSIONS[sid][1]
+    return "repaired" if any(k.startswith("+") and answers[k].strip() for k in answers) else "ok"
 
 
 def parse_table() -> list[tuple]:
@@ -668,7 +881,18 @@ def build_zip(course: Path, path: Path) -> dict:
                     cell["source"] = next(c["source"] for c in rel["cells"] if gf.gid(c) == gf.gid(cell))
                 if gf.gid(cell) in answers:
                     cell["source"] = answers[gf.gid(cell)]
-            assert {gf.gid(c) for c in nb["cells"]} >= set(answers), sid
+            for key, text in answers.items():  # 学生自己加的单元格（JupyterLab 里选中答案单元格按 B / A）
+                if key.startswith("+"):
+                    where, gid = key[1:].strip().split(":")
+                    i = next(i for i, c in enumerate(nb["cells"]) if gf.gid(c) == gid)
+                    at = i + 1 if where == "after" else i
+                    while where == "after" and at < len(nb["cells"]) and not gf.gid(nb["cells"][at]) \
+                            and nb["cells"][at].get("id", "").startswith("added-"):
+                        at += 1  # 第二个新单元格加在第一个的下面
+                    nb["cells"].insert(at, {"cell_type": "markdown", "id": f"added-{len(nb['cells'])}",
+                                            "metadata": {}, "source": text})
+            plain = {k for k in answers if not k.startswith("+")}
+            assert {gf.gid(c) for c in nb["cells"]} >= plain, sid
             zf.writestr(f"{sid}/{notebook}.ipynb", gf.dump(nb))
     return {sid: nb for sid, (nb, _) in SUBMISSIONS.items()}
 
@@ -739,11 +963,11 @@ def format_table(lines: list[dict], only_listed: bool = True) -> str:
     from grading_demo import pad
 
     fmt = lambda x: "人工" if x is None else (x if isinstance(x, str) else f"{x:g}")  # noqa: E731
-    out = [pad("提交", 19) + pad("单元格", 24) + pad("期望", 6, True) + pad("得分", 6, True) + "  理由"]
+    out = [pad("提交", 21) + pad("单元格", 24) + pad("期望", 6, True) + pad("得分", 6, True) + "  理由"]
     for line in lines:
         if only_listed and line["why"] == "参考答案（表里没写）" and line["ok"]:
             continue
-        out.append(pad(line["sid"], 19) + pad(line["gid"], 24) + pad(fmt(line["want"]), 6, True)
+        out.append(pad(line["sid"], 21) + pad(line["gid"], 24) + pad(fmt(line["want"]), 6, True)
                    + pad(fmt(line["got"]), 6, True) + "  " + line["why"] + ("" if line["ok"] else "   ✗ 不符合期望"))
     return "\n".join(out)
 
@@ -776,7 +1000,9 @@ def test_honest_work_is_never_suspect_and_blank_written_answers_are_zero(graded)
     for sid, r in graded["results"].items():
         row = r["row"]
         assert row is not None, f"{sid} 不在 grades.csv 里"
-        assert row["status"] == "ok", (sid, row["status"], row["detail"])
+        moved = "的答案写在了新单元格里，已移进答题单元格、交给助教人工评分" in row["detail"]
+        assert row["status"] == expected_status(sid), (sid, row["status"], row["detail"])
+        assert moved == (expected_status(sid) == "repaired"), (sid, row["detail"])
         assert "可疑" not in row["detail"] and "作弊" not in row["detail"], (sid, row["detail"])
         blank = [g for g, score in r["cells"].items() if g not in ec.CHECKS and score == 0.0]  # 文字题
         if blank:
@@ -788,6 +1014,23 @@ def test_honest_work_is_never_suspect_and_blank_written_answers_are_zero(graded)
              if g not in ec.CHECKS and score == 0.0]
     submissions = len({sid for sid, _ in blank})
     assert f"没作答的文字题：{len(blank)} 个（{submissions} 份提交），已自动记 0 分" in graded["summary"], graded["summary"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sid,gid,texts", [("f02_float32", "ex3_proof", [PROOF]),
+                                           ("f04_lecture", "ex9_answer", [ADDED_PRE_LN]),
+                                           ("f05_leftover", "ex8_answer", [ADDED_MASK_1, ADDED_MASK_2])])
+def test_answers_written_in_added_cells_reach_the_ta(graded, sid, gid, texts):
+    """答案写在了新单元格里：助教在 formgrader 的答题单元格里看到它（autograded/ 里的答题单元格就是这段文字），
+    这道题待人工评分，grades.csv 的 detail 里有它的开头；新单元格不再重复出现。"""
+    notebook = SUBMISSIONS[sid][0]
+    nb = gf.load(graded["course"] / "autograded" / sid / "exercises" / f"{notebook}.ipynb")
+    answer = next(gf.src(c) for c in nb["cells"] if gf.gid(c) == gid)
+    assert all(t.strip() in answer for t in texts), answer
+    assert sum(texts[0].strip() in gf.src(c) for c in nb["cells"]) == 1
+    r = graded["results"][sid]
+    assert r["cells"][gid] is None
+    assert f"{gid} 的答案写在了新单元格里" in r["row"]["detail"] and " ".join(texts[0].split())[:20] in r["row"]["detail"]
 
 
 @pytest.mark.slow
@@ -809,7 +1052,10 @@ def test_format_policy_is_the_same_in_visible_tests_selfcheck_and_grading(graded
 @pytest.mark.parametrize("sid,gid,visible,hidden", HINTS, ids=[f"{h[0]}-{h[1]}" for h in HINTS])
 def test_typical_mistakes_are_named_before_and_after_submitting(graded, sid, gid, visible, hidden):
     r = graded["results"][sid]
-    assert visible in r["visible"][gid], r["visible"][gid]
+    if visible is None:
+        assert r["visible"][gid] == "", r["visible"][gid]
+    else:
+        assert visible in r["visible"][gid], r["visible"][gid]
     assert hidden in r["hidden"][gid], r["hidden"][gid]
 
 

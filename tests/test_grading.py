@@ -176,7 +176,7 @@ def test_tiny_without_bwrap_degrades_but_never_scores_silently(tiny_run, tmp_pat
     finally:
         os.chdir(cwd)
     rows = {r["student_id"]: r for r in gf.read_grades(course)}
-    assert rows["s01_correct"]["status"] == "ok" and float(rows["s01_correct"]["score"]) == 4.0
+    assert rows["s01_correct"]["status"] == "ok" and float(rows["s01_correct"]["score"]) == 4.0, rows["s01_correct"]
     assert "suspect" in gf.statuses(rows["s05_patch_numpy"]) and float(rows["s05_patch_numpy"]["score"]) == 0.0
     assert "suspect" in gf.statuses(rows["s10_read_solutions"])
     assert "timeout" in gf.statuses(rows["s13_stubborn_loop"]) and float(rows["s13_stubborn_loop"]["score"]) == 4.0
@@ -293,6 +293,10 @@ def test_real_feedback_is_a_chinese_summary_per_exercise_without_boilerplate(rea
         assert "Test cell" not in text and "Score:" not in text
         assert "# 引导单元格" not in text and "check_this_notebook(" not in text and "## 怎样作答" not in text
         assert ".glyphicon" not in text and len(f.read_bytes()) < 100_000, (f, len(f.read_bytes()))
+        assert '"Microsoft YaHei","Noto Sans CJK SC"' in text  # 中文字体栈：找得到系统的中文字体
+        from lib.grading import feedback_math
+        if feedback_math.available():  # 公式是 MathML：离线也能显示，不从 CDN 加载 MathJax
+            assert "<math" in text and "mathjax" not in text.lower() and "cdnjs" not in text, f
 
 
 @pytest.mark.slow
@@ -463,3 +467,16 @@ def test_a_sandbox_that_cannot_start_is_an_error_not_a_zero(tmp_path, monkeypatc
     assert main(args) == 0  # 环境修好了：这一份重新执行，空白答卷得 0 分
     (row,) = [r for r in gf.read_grades(course) if r["notebook"] == "01_attention_by_hand"]
     assert row["status"] == "ok" and float(row["score"]) == 0.0
+
+
+def test_feedback_math_is_mathml_and_leaves_code_alone():
+    pytest.importorskip("latex2mathml")
+    from lib.grading import feedback_math as fm
+    out = fm.markdown_with_mathml("打分 $q_i \\cdot k_j / \\sqrt{d_k}$，代码 `x = $y$`，价格 \\$5。\n\n$$\nE = QK^\\top\n$$")
+    assert out.count("<math") == 2 and 'display="block"' in out and "`x = $y$`" in out and "\\$5" in out, out
+    assert "<msqrt>" in out and "$" not in out.replace("`x = $y$`", "").replace("\\$5", "")
+    assert fm.markdown_with_mathml("$\\notacommand{$") == "$\\notacommand{$" or "<code" in fm.markdown_with_mathml(
+        "$\\notacommand{$")  # 不认识的写法不丢内容
+    page = ("<head>\n<!-- Loading mathjax macro -->\n<!-- Load mathjax -->\n<script src=x></script>\n"
+            "<!-- End of mathjax configuration -->\n</head>")
+    assert fm.drop_mathjax(page) == "<head>\n</head>"

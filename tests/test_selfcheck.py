@@ -269,3 +269,88 @@ def test_format_problems_count_as_problems_in_the_notebook(course, monkeypatch, 
     monkeypatch.chdir(course)  # 当前目录里没有这个 notebook：只检查格式
     assert check_this_notebook("exercises/04_blocks_and_cost.ipynb", namespace=ns) is None
     assert "应返回整数，得到字符串" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------- issue 20：看的是内核所属的文件；答案写在新单元格里；没删掉的 raise
+
+
+def test_the_kernels_own_notebook_is_checked_not_the_blank_one_beside_it(course, tmp_path, monkeypatch, capsys):
+    """JupyterLab 打开的是“01_demo (1).ipynb”（浏览器下载的副本），旁边还有一份空白的 01_demo.ipynb：
+    ipykernel 把 JPY_SESSION_NAME 放进 __session__，自查看的是内核所属的那一份。"""
+    monkeypatch.setattr(selfcheck, "REPO_ROOT", course)
+    monkeypatch.delitem(sys.modules, "google.colab", raising=False)
+    monkeypatch.delenv("JPY_SESSION_NAME", raising=False)
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "01_demo.ipynb").write_text(json.dumps(_release_nb()), encoding="utf-8")       # 空白的
+    broken = _answered()
+    broken["cells"].insert(3, copy.deepcopy(broken["cells"][2]))
+    (work / "01_demo (1).ipynb").write_text(json.dumps(broken), encoding="utf-8")         # 正在编辑的
+    monkeypatch.chdir(work)
+    for namespace in ({"__session__": str(work / "01_demo (1).ipynb")}, {"__session__": "work/01_demo (1).ipynb"}):
+        assert check_this_notebook(REL, namespace=namespace) is False
+        out = capsys.readouterr().out
+        assert "01_demo (1).ipynb" in out and "出现了 2 次" in out
+    monkeypatch.setenv("JPY_SESSION_NAME", str(work / "01_demo (1).ipynb"))  # 没有 __session__ 的老 ipykernel
+    assert check_this_notebook(REL, namespace={}) is False
+    assert "01_demo (1).ipynb" in capsys.readouterr().out
+    monkeypatch.delenv("JPY_SESSION_NAME")
+    assert check_this_notebook(REL, namespace={}) is True  # 不知道时照旧：当前目录里的同名文件
+    assert str(work / "01_demo.ipynb") in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("name", ["01_demo (1).ipynb", "Copy of 01_demo.ipynb", "01_demo的副本.ipynb",
+                                  "01_demo - 副本.ipynb"])
+def test_cli_accepts_the_names_the_grader_accepts(course, tmp_path, monkeypatch, capsys, name):
+    monkeypatch.setattr(selfcheck, "REPO_ROOT", course)
+    path = tmp_path / name
+    path.write_text(json.dumps(_answered()), encoding="utf-8")
+    assert selfcheck.main([str(path)]) == 0, capsys.readouterr().out
+    assert "✓ 评分单元格完整" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("where", ["below", "above", "two_below"])
+def test_a_written_answer_in_an_added_cell_is_reported_with_how_to_move_it(course, capsys, where):
+    nb = _answered()
+    nb["cells"][4]["source"] = "在这里写下你的答案。"   # 答题单元格没动
+    added = [json.loads(json.dumps(_cell("markdown", text))) for text in ("交换两行", "等于交换输出的两行。")]
+    at = {"below": 5, "above": 4, "two_below": 5}[where]
+    for cell in (added if where == "two_below" else added[:1])[::-1]:
+        nb["cells"].insert(at, cell)
+    assert check_notebook(nb, REL, root=course) is False
+    out = capsys.readouterr().out
+    assert "答案写在了新单元格里" in out and "剪切到答题单元格 ex3_proof 里" in out, out
+    assert "怎么修" not in out  # 不是单元格结构的问题，不给删副本、找回单元格的说明
+
+
+def test_an_empty_added_cell_or_an_answered_cell_is_not_reported(course, capsys):
+    nb = _release_nb()
+    nb["cells"].insert(5, json.loads(json.dumps(_cell("markdown", "   "))))
+    check_notebook(nb, REL, root=course)
+    assert "新单元格" not in capsys.readouterr().out
+    nb = _answered()
+    nb["cells"].insert(5, json.loads(json.dumps(_cell("markdown", "补充：见上面。"))))
+    assert check_notebook(nb, REL, root=course) is True
+    assert "新单元格" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("source, problem, note", [
+    ("def f():\n    return 1\n    raise NotImplementedError()", None, None),             # return 之后：无害
+    ("def f():\n    x = 1\n    raise NotImplementedError()\n    return x", "删掉 raise NotImplementedError() 这一行", None),
+    ("def f():\n    # 在这里写你的代码\n    raise NotImplementedError()", None, "还没有作答"),
+])
+def test_leftover_raise_not_implemented(course, capsys, source, problem, note):
+    nb = _answered()
+    nb["cells"][2]["source"] = source
+    problems, notes = compare(nb, _release_nb())
+    assert (problem is None) == (not problems) and all(problem in p for p in problems), problems
+    assert (note is None) == (not notes) and all(note in n for n in notes), notes
+
+
+def test_formats_name_a_leftover_raise_before_return():
+    ns = {}
+    exec("def score_variance(d_k, sigma):\n    v = d_k * sigma ** 4\n    raise NotImplementedError()\n    return v\n"
+         "def score_divisor(d_k, sigma):\n    return sigma ** 2 * d_k ** 0.5\n    raise NotImplementedError()\n", ns)
+    problems, _ = selfcheck.check_formats("02_scaling_and_equivariance", ns)
+    assert any("score_variance" in p and "删掉 raise NotImplementedError() 这一行" in p for p in problems), problems
+    assert not any("score_divisor" in p for p in problems), problems

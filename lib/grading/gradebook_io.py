@@ -237,7 +237,9 @@ def _feedback_key(gb, assignment: str, student: str, notebook: str, nb: dict) ->
     import nbgrader
     import pygments
     here = Path(__file__).resolve().parent  # 我们自己的模板和汇总表代码也是输入
-    ours = [(here / "report.py").read_text(encoding="utf-8")]
+    from . import feedback_math
+    ours = [(here / name).read_text(encoding="utf-8") for name in ("report.py", "feedback_math.py")]
+    ours.append(str(feedback_math.available()))  # 装上 latex2mathml 之后重新渲染
     ours += [f.read_text(encoding="utf-8") for f in sorted((here / "templates").rglob("*")) if f.is_file()]
     sn = gb.find_submission_notebook(notebook, assignment, student)
     grades = sorted((g.name, g.score, g.max_score) for g in sn.grades)
@@ -285,8 +287,12 @@ def render_feedback(gb, db_url: str, assignment: str, student: str, notebook: st
     import nbformat
     from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor
     from . import report
+    from . import feedback_math
     exporter = _exporter()
     shown, removed = report.feedback_notebook(nb)
+    offline_math = feedback_math.available()  # 公式在这里排成 MathML，反馈不再从 CDN 加载 MathJax
+    if offline_math:
+        feedback_math.convert_notebook(shown)
     node = nbformat.reads(json.dumps(shown), as_version=4)
     resources = {NBG: {"db_url": db_url, "assignment": assignment, "student": student, "notebook": notebook},
                  "metadata": {"name": notebook}, "inlining": {}}
@@ -299,6 +305,8 @@ def render_feedback(gb, db_url: str, assignment: str, student: str, notebook: st
                  "每个测试单元格后面的【评分】是用评分时的输入检查的结果。")}
     node, resources = CSSHTMLHeaderPreprocessor().preprocess(node, resources)
     html, _ = exporter.from_notebook_node(node, resources=resources)
+    if offline_math:
+        html = feedback_math.drop_mathjax(html)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(".tmp")
     tmp.write_text(f"{html}\n{FEEDBACK_KEY_MARK}{key} -->\n", encoding="utf-8")

@@ -29,6 +29,7 @@ from pathlib import Path
 
 from . import collect as collect_mod
 from . import gradebook_io, repair, report, runner, sandbox
+from . import probes as probes_mod
 
 HERE = Path(__file__).resolve().parent
 STATUS_ORDER = ["ok", "repaired", "timeout", "crashed", "suspect", "quarantined", "missing", "error", "interrupted"]
@@ -313,7 +314,7 @@ def run(opts: Options) -> list[Row]:
                                                                                  opts.assignment))
     items, roster = imported.items, imported.roster_ids
     checks = load_checks(opts.checks_module)
-    probes_source = Path(opts.probes_file).read_text(encoding="utf-8")
+    probes_source = probes_mod.kernel_source(opts.probes_file)  # probes.py + 每个练习模块的探针一段
     version = grader_version(opts, probes_source)
     (ws / "last_run.json").write_text(json.dumps({
         "submissions": str(Path(opts.submissions).resolve()), "jobs": opts.jobs, "name_regex": opts.name_regex,

@@ -68,7 +68,8 @@ def _first_signature_line(text: str) -> str | None:
     return None
 
 
-def repair(student: dict, release: dict) -> tuple[dict, list[str]]:
+def repair(student: dict, release: dict, move_added: bool = True) -> tuple[dict, list[str]]:
+    """move_added：把写在新单元格里的文字题答案移进答案单元格（move_added_answers）；自查用 False，只报告。"""
     notes: list[str] = []
     rel = release["cells"]
     stu = [c for c in student.get("cells", []) if isinstance(c, dict)]
@@ -232,6 +233,7 @@ def repair(student: dict, release: dict) -> tuple[dict, list[str]]:
     out = {"cells": [c for _, c in items], "metadata": copy.deepcopy(release.get("metadata", {})),
            "nbformat": 4, "nbformat_minor": max(5, int(release.get("nbformat_minor", 5)))}
 
+    moved = move_added_answers(out, release) if move_added else {}
     if restored_meta:
         notes.append("补回 nbgrader 元数据：" + "、".join(sorted(set(restored_meta))))
     if dups:
@@ -244,7 +246,68 @@ def repair(student: dict, release: dict) -> tuple[dict, list[str]]:
         notes.append("只读/测试单元格的内容被改动，已按 release 还原：" + "、".join(reverted_tests))
     if missing_answers:
         notes.append("找不到答案单元格（按未作答处理）：" + "、".join(missing_answers))
+    for gid, text in moved.items():
+        notes.append(f"{gid} 的答案写在了新单元格里，已移进答题单元格、交给助教人工评分（“{_snippet(text)}”）")
     return out, notes
+
+
+ADDED_ANSWER_HINT = ("答案写在了新单元格里：评分只看答题单元格。把新单元格的内容剪切到答题单元格 {gid} 里"
+                     "（双击写着“在这里写下你的答案。”的单元格，替换掉这句话），再删掉新单元格。")
+
+
+def _snippet(text: str, n: int = 60) -> str:
+    one = " ".join(text.split())
+    return one if len(one) <= n else one[:n] + "…"
+
+
+def added_answers(nb: dict, release: dict) -> dict:
+    """没作答的文字题（答案单元格和发布版相同）旁边、学生自己加的非空单元格：{grade_id: [单元格的序号]}。
+
+    “旁边”= 紧挨着答案单元格的一串新单元格（下面的，或者上面的），中间没有发布版的单元格。
+    JupyterLab 里选中答案单元格按 B 就会在下面加一个新单元格，答案常常写在那里。"""
+    rel_src = {_norm(_src(c)) for c in release["cells"]}
+    rel_ids = {c.get("id") for c in release["cells"] if c.get("id")}
+    rel_answer = {_gid(c): _norm(_src(c)) for c in release["cells"]
+                  if _gid(c) and _meta(c).get("solution") and c.get("cell_type") == "markdown"}
+    cells = nb["cells"]
+
+    def added(cell) -> bool:
+        text = _norm(_src(cell))
+        return (not _is_nbg(cell) and cell.get("cell_type") in ("markdown", "raw") and bool(text)
+                and text not in rel_src and cell.get("id") not in rel_ids)
+
+    out: dict = {}
+    for i, cell in enumerate(cells):
+        gid = _gid(cell)
+        if gid not in rel_answer or _norm(_src(cell)) != rel_answer[gid] or not _meta(cell).get("grade"):
+            continue
+        near = []
+        j = i + 1
+        while j < len(cells) and added(cells[j]):
+            near.append(j)
+            j += 1
+        j = i - 1
+        while not near and j >= 0 and added(cells[j]):
+            near.insert(0, j)
+            j -= 1
+        if near:
+            out[gid] = near
+    return out
+
+
+def move_added_answers(nb: dict, release: dict) -> dict:
+    """把 added_answers 找到的新单元格的内容移进答案单元格（原地修改 nb；原始文件不动）。返回 {grade_id: 文本}。
+    这样 formgrader 里助教在答题单元格里就看到答案，这道题交给人工评分，不会因为没作答自动记 0 分。"""
+    found = added_answers(nb, release)
+    moved, drop = {}, set()
+    for gid, idx in found.items():
+        text = "\n\n".join(_src(nb["cells"][j]).strip() for j in idx)
+        cell = next(c for c in nb["cells"] if _gid(c) == gid)
+        cell["source"] = text
+        moved[gid] = text
+        drop.update(idx)
+    nb["cells"] = [c for j, c in enumerate(nb["cells"]) if j not in drop]
+    return moved
 
 
 def answered_cells(nb: dict, release: dict) -> set:
