@@ -10,13 +10,20 @@ prepare() 搭（和 make hub 一样）：一位教师、三名学生，都是 us
    `nbgrader release_feedback exercises`；
 4. 每名学生在 Assignment List 里 Fetch Feedback，打开反馈，看到 grades.csv 里自己的分数。
 
+第二个测试是交换目录的小型压力测试：20 名学生（20 个系统用户）先取作业，在练习 01 里写下只属于自己的标记，
+停在一个屏障前；屏障一开，每人同时提交两次（像连点两下 Submit），第二次的标记不同。教师 `nbgrader collect` 之后：
+一个不少（20 人都收到）、一个不多（交换目录里每人正好两次提交，收集到每人一份）、没有串（每人收到的是自己
+最后一次提交的内容）。权限和 hub 上一样：每名学生以自己的 uid 写入 nbgrader 自己建的 inbound（2733）。
+
 要 root（建用户、替用户启动服务器）、jupyterhub（deploy/jupyterhub/requirements.txt）、configurable-http-proxy
 （make hub-deps）、playwright 和系统的 Chromium。make test 会把它们都装好；缺了就带着原因跳过。
 """
 from __future__ import annotations
 
 import csv
+import grp
 import json
+import multiprocessing as mp
 import os
 import pwd
 import shutil
@@ -46,6 +53,9 @@ PASSWORD = "hub-test-password"
 NOTEBOOK = "01_attention_by_hand"
 ANSWER_ID = "ex1_hand_answer"
 TIMEOUT_MS = 240_000
+# 和 README“在 JupyterHub 上开课”里教师的那一行相同
+COPY_FEEDBACK_KEYS = ('for d in submitted/*/exercises; do cp "$d/timestamp.txt" "$d/submission_secret.txt" '
+                      '"feedback/${d#submitted/}/"; done')
 
 sys.path.insert(0, str(DEPLOY))
 import local_hub  # noqa: E402
@@ -79,29 +89,42 @@ def _user_procs(name: str) -> list[int]:
     return pids
 
 
-def _as_instructor(env: dict, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+def _as_instructor(env: dict, *args: str, user: str = INSTRUCTOR, group: str = GROUP,
+                   timeout: int = 600) -> subprocess.CompletedProcess:
     """以教师的系统用户在课程目录里运行命令（就像教师在 hub 的终端里运行）。"""
-    user = pwd.getpwnam(INSTRUCTOR)
-    import grp
+    entry = pwd.getpwnam(user)
     venv_bin = str(Path(sys.prefix) / "bin")
-    run_env = {"HOME": user.pw_dir, "USER": INSTRUCTOR, "PATH": f"{venv_bin}:/usr/local/bin:/usr/bin:/bin",
+    run_env = {"HOME": entry.pw_dir, "USER": user, "PATH": f"{venv_bin}:/usr/local/bin:/usr/bin:/bin",
                "LANG": "C.UTF-8", "OMP_NUM_THREADS": "1",
                "JUPYTER_CONFIG_PATH": str(DEPLOY / "jupyter-config" / "grader"),
                "LECTURE07_EXCHANGE": env["LECTURE07_HUB_EXCHANGE"],
                "LECTURE07_COURSE_ID": env["LECTURE07_HUB_COURSE_ID"],
                "LECTURE07_COURSE_ROOT": env["LECTURE07_HUB_COURSE_ROOT"]}
-    return subprocess.run(list(args), cwd=env["LECTURE07_HUB_COURSE_ROOT"], env=run_env, user=user.pw_uid,
-                          group=user.pw_gid, extra_groups=[grp.getgrnam(GROUP).gr_gid], capture_output=True,
+    return subprocess.run(list(args), cwd=env["LECTURE07_HUB_COURSE_ROOT"], env=run_env, user=entry.pw_uid,
+                          group=entry.pw_gid, extra_groups=[grp.getgrnam(group).gr_gid], capture_output=True,
                           text=True, timeout=timeout)
 
 
 @pytest.fixture(scope="module")
-def hub():
+def system_users():
+    """root、useradd；让测试建的用户走得到 venv 的 Python（结束时改回原来的权限）。
+
+    这个模块的两个测试共用它：它们在同一个 pytest 进程里（--dist loadscope），不会一个改回权限时另一个还在用。
+    """
     if not hasattr(os, "geteuid") or os.geteuid() != 0:
         pytest.skip("要以 root 运行：测试要 useradd 建系统用户，hub 要替每个用户启动服务器（CI 以 root 运行）")
     for tool in ("useradd", "userdel", "groupadd", "prlimit"):
         if not shutil.which(tool):
             pytest.skip(f"没有 {tool}（Debian：apt-get install passwd util-linux）")
+    changed = local_hub.make_traversable(local_hub.venv_python(), DEPLOY / "jupyter-config", Path(CHROMIUM))
+    try:
+        yield
+    finally:
+        local_hub.restore_modes(changed)
+
+
+@pytest.fixture(scope="module")
+def hub(system_users):
     pytest.importorskip("jupyterhub", reason="没有安装 jupyterhub：pip install -r deploy/jupyterhub/requirements.txt")
     pytest.importorskip("jupyterhub_idle_culler", reason="没有安装 jupyterhub-idle-culler（deploy/jupyterhub/requirements.txt）")
     pytest.importorskip("playwright.sync_api", reason="没有安装 playwright：pip install -r requirements-dev.txt")
@@ -111,7 +134,6 @@ def hub():
     if not proxy.exists() and not shutil.which("configurable-http-proxy"):
         pytest.skip("没有 configurable-http-proxy：make hub-deps（npm install --prefix .venv/chp configurable-http-proxy）")
     base = Path(tempfile.mkdtemp(prefix="l07hub-", dir="/tmp"))
-    changed = local_hub.make_traversable(local_hub.venv_python(), DEPLOY / "jupyter-config", Path(CHROMIUM))
     hub_proc = log = None
     try:
         env = local_hub.prepare(base, STUDENTS, [INSTRUCTOR], homes=base / "home", graders_group=GROUP,
@@ -159,7 +181,6 @@ def hub():
                 pass
             subprocess.run(["userdel", "--remove", name], capture_output=True)
         subprocess.run(["groupdel", GROUP], capture_output=True)
-        local_hub.restore_modes(changed)
         shutil.rmtree(base, ignore_errors=True)
 
 
@@ -310,8 +331,14 @@ def test_class_on_jupyterhub(hub):
             right = {float(mine[s]["score"]) for s in STUDENTS if s != WRONG}
             assert len(right) == 1, f"同样的答案应该同分：{mine}"
             assert float(mine[WRONG]["score"]) < right.pop()
+            # nbgrader release_feedback 要在 feedback/学号/exercises/ 里找到 timestamp.txt 和 submission_secret.txt
+            # （nbgrader generate_feedback 会复制它们，lib.grading 目前不复制）：README 里的同一行命令
+            p = _as_instructor(env, "sh", "-c", COPY_FEEDBACK_KEYS)
+            assert p.returncode == 0, p.stdout + p.stderr
             p = _as_instructor(env, nbgrader, "release_feedback", "exercises")
             assert p.returncode == 0, p.stdout + p.stderr
+            released = list((Path(env["LECTURE07_HUB_EXCHANGE"]) / env["LECTURE07_HUB_COURSE_ID"] / "feedback").glob("*.html"))
+            assert len(released) == 6 * len(STUDENTS), released
             timings["collect_grade_release_feedback"] = time.monotonic() - t
 
             # 学生：Fetch Feedback，打开反馈，看到自己的分数
@@ -334,3 +361,115 @@ def test_class_on_jupyterhub(hub):
             browser.close()
     timings["total"] = time.monotonic() - t0
     print("用时（秒）：" + "，".join(f"{k} {v:.1f}" for k, v in timings.items()))
+
+
+# ----------------------------------------------------------------------------- 交换目录的压力测试
+N = 20
+EX_PREFIX = "l07ex"
+EX_INSTRUCTOR = f"{EX_PREFIX}i1"
+EX_STUDENTS = [f"{EX_PREFIX}s{i:02d}" for i in range(1, N + 1)]
+EX_GROUP = f"{EX_PREFIX}-graders"
+COURSE_ID = "cs224n-lecture07"
+
+
+def _exchange_config(exchange: str, root: str):
+    from traitlets.config import Config
+    c = Config()
+    c.Exchange.root = exchange
+    c.CourseDirectory.course_id = COURSE_ID
+    c.CourseDirectory.root = root
+    c.CourseDirectory.assignment_id = "exercises"
+    return c
+
+
+def _student(name: str, exchange: str, barrier, results) -> None:
+    """子进程：变成这名学生，取作业，写标记，等屏障，连交两次。"""
+    try:
+        user = pwd.getpwnam(name)
+        os.setgroups([])
+        os.setgid(user.pw_gid)
+        os.setuid(user.pw_uid)
+        os.environ["HOME"] = user.pw_dir
+        os.chdir(user.pw_dir)
+        from nbgrader.coursedir import CourseDirectory
+        from nbgrader.exchange.default import ExchangeFetchAssignment, ExchangeSubmit
+        c = _exchange_config(exchange, user.pw_dir)
+        coursedir = CourseDirectory(config=c)
+        ExchangeFetchAssignment(coursedir=coursedir, config=c).start()
+        path = Path(user.pw_dir) / "exercises" / f"{NOTEBOOK}.ipynb"
+        original = path.read_text(encoding="utf-8")
+
+        def mark(tag: str) -> None:
+            nb = json.loads(original)
+            cell = next(c for c in nb["cells"] if (c["metadata"].get("nbgrader") or {}).get("solution"))
+            cell["source"] = f"# {tag}\n" + "".join(cell["source"])
+            path.write_text(json.dumps(nb, ensure_ascii=False), encoding="utf-8")
+
+        mark(f"MARK-{name}-first")
+        barrier.wait(timeout=300)
+        ExchangeSubmit(coursedir=coursedir, config=c).start()
+        # 第二次提交：nbgrader 的时间戳精确到微秒，同一秒内的两次也分得开
+        mark(f"MARK-{name}-second")
+        ExchangeSubmit(coursedir=coursedir, config=c).start()
+        results.put((name, "ok"))
+    except BaseException as e:  # 子进程的任何失败都报告给父进程
+        results.put((name, f"{type(e).__name__}: {e}"))
+
+
+@pytest.fixture(scope="module")
+def course(system_users):
+    base = Path(tempfile.mkdtemp(prefix="l07ex-", dir="/tmp"))
+    try:
+        env = local_hub.prepare(base, EX_STUDENTS, [EX_INSTRUCTOR], homes=base / "home", graders_group=EX_GROUP)
+        yield env
+    finally:
+        for name in [EX_INSTRUCTOR, *EX_STUDENTS]:
+            subprocess.run(["userdel", "--remove", name], capture_output=True)
+        subprocess.run(["groupdel", EX_GROUP], capture_output=True)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _as_ex_instructor(env, *args):
+    return _as_instructor(env, str(Path(sys.prefix) / "bin" / "nbgrader"), *args, user=EX_INSTRUCTOR, group=EX_GROUP)
+
+
+def test_twenty_students_submit_at_once(course):
+    p = _as_ex_instructor(course, "release_assignment", "exercises")
+    assert p.returncode == 0, p.stdout + p.stderr
+    # 先在父进程里导入，子进程 fork 之后直接用（20 个进程同时导入 nbgrader 要几十秒）
+    import nbgrader.exchange.default  # noqa: F401
+    ctx = mp.get_context("fork")
+    barrier, results = ctx.Barrier(N), ctx.Queue()
+    procs = [ctx.Process(target=_student, args=(s, course["LECTURE07_HUB_EXCHANGE"], barrier, results))
+             for s in EX_STUDENTS]
+    t = time.monotonic()
+    for proc in procs:
+        proc.start()
+    outcome = dict(results.get(timeout=600) for _ in procs)
+    for proc in procs:
+        proc.join(timeout=60)
+        if proc.is_alive():
+            os.kill(proc.pid, signal.SIGKILL)
+    elapsed = time.monotonic() - t
+    assert outcome == {s: "ok" for s in EX_STUDENTS}, {s: r for s, r in outcome.items() if r != "ok"}
+
+    inbound = Path(course["LECTURE07_HUB_EXCHANGE"]) / COURSE_ID / "inbound"
+    entries = sorted(p.name for p in inbound.iterdir())
+    per_student = {s: [e for e in entries if e.split("+")[0] == s] for s in EX_STUDENTS}
+    assert all(len(v) == 2 for v in per_student.values()), {s: len(v) for s, v in per_student.items() if len(v) != 2}
+    assert len(entries) == 2 * N
+    for s, subs in per_student.items():
+        owner = {pwd.getpwuid((inbound / e).stat().st_uid).pw_name for e in subs}
+        assert owner == {s}, f"{s} 的提交属于 {owner}"
+
+    p = _as_ex_instructor(course, "collect", "exercises")
+    assert p.returncode == 0, p.stdout + p.stderr
+    submitted = Path(course["LECTURE07_HUB_COURSE_ROOT"]) / "submitted"
+    assert sorted(d.name for d in submitted.iterdir()) == EX_STUDENTS
+    for s in EX_STUDENTS:
+        text = (submitted / s / "exercises" / f"{NOTEBOOK}.ipynb").read_text(encoding="utf-8")
+        marks = [m for m in ("first", "second") if f"MARK-{s}-{m}" in text]
+        assert marks == ["second"], f"{s}：收到的不是最后一次提交（{marks}）"
+        others = [o for o in EX_STUDENTS if o != s and f"MARK-{o}-" in text]
+        assert not others, f"{s} 的提交里有别人的标记：{others}"
+    print(f"{N} 名学生同时各提交两次：{elapsed:.1f} 秒（取作业 + 提交，在负载很高的 2 核机器上）")
