@@ -391,11 +391,13 @@ def _student(name: str, exchange: str, barrier, results) -> None:
         os.setuid(user.pw_uid)
         os.environ["HOME"] = user.pw_dir
         os.chdir(user.pw_dir)
+        from nbgrader.auth import Authenticator
         from nbgrader.coursedir import CourseDirectory
         from nbgrader.exchange.default import ExchangeFetchAssignment, ExchangeSubmit
         c = _exchange_config(exchange, user.pw_dir)
         coursedir = CourseDirectory(config=c)
-        ExchangeFetchAssignment(coursedir=coursedir, config=c).start()
+        auth = Authenticator(config=c)  # nbgrader 的默认认证插件（不限制课程），和 Assignment List 用的一样
+        ExchangeFetchAssignment(coursedir=coursedir, authenticator=auth, config=c).start()
         path = Path(user.pw_dir) / "exercises" / f"{NOTEBOOK}.ipynb"
         original = path.read_text(encoding="utf-8")
 
@@ -407,10 +409,10 @@ def _student(name: str, exchange: str, barrier, results) -> None:
 
         mark(f"MARK-{name}-first")
         barrier.wait(timeout=300)
-        ExchangeSubmit(coursedir=coursedir, config=c).start()
+        ExchangeSubmit(coursedir=coursedir, authenticator=auth, config=c).start()
         # 第二次提交：nbgrader 的时间戳精确到微秒，同一秒内的两次也分得开
         mark(f"MARK-{name}-second")
-        ExchangeSubmit(coursedir=coursedir, config=c).start()
+        ExchangeSubmit(coursedir=coursedir, authenticator=auth, config=c).start()
         results.put((name, "ok"))
     except BaseException as e:  # 子进程的任何失败都报告给父进程
         results.put((name, f"{type(e).__name__}: {e}"))
@@ -437,6 +439,7 @@ def test_twenty_students_submit_at_once(course):
     p = _as_ex_instructor(course, "release_assignment", "exercises")
     assert p.returncode == 0, p.stdout + p.stderr
     # 先在父进程里导入，子进程 fork 之后直接用（20 个进程同时导入 nbgrader 要几十秒）
+    import nbgrader.auth  # noqa: F401
     import nbgrader.exchange.default  # noqa: F401
     ctx = mp.get_context("fork")
     barrier, results = ctx.Barrier(N), ctx.Queue()

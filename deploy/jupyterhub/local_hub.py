@@ -148,14 +148,22 @@ def main() -> int:
         return 2
     students, instructors = args.students.split(","), args.instructors.split(",")
     env = prepare(Path(args.base), students, instructors, password=args.password)
-    make_traversable(venv_python(), HERE)
+    changed = make_traversable(venv_python(), HERE)
+    if changed:
+        print("临时给这些目录加了 o+x（学生的服务器要走到 venv 的 Python），hub 停止时改回：",
+              "、".join(str(p) for p, _ in changed))
     env["LECTURE07_HUB_URL"] = f"http://0.0.0.0:{args.port}"
     print(f"JupyterHub：http://127.0.0.1:{args.port}/  密码都是 {args.password!r}（dummy 认证，只用于试用）")
     print(f"  学生：{'、'.join(students)}；教师：{'、'.join(instructors)}（课程目录 {env['LECTURE07_HUB_COURSE_ROOT']}）")
-    print(f"  教师发布作业：在 hub 的终端里 cd ~/lecture07 && nbgrader release_assignment exercises")
-    os.chdir(env["LECTURE07_HUB_DATA"])
-    os.execve(str(Path(sys.prefix) / "bin" / "jupyterhub"),
-              ["jupyterhub", "-f", str(HERE / "jupyterhub_config.py")], {**os.environ, **env})
+    print("  教师发布作业：在 hub 的终端里 cd ~/lecture07 && nbgrader release_assignment exercises")
+    hub = subprocess.Popen([str(Path(sys.prefix) / "bin" / "jupyterhub"), "-f", str(HERE / "jupyterhub_config.py")],
+                           cwd=env["LECTURE07_HUB_DATA"], env={**os.environ, **env})
+    try:
+        return hub.wait()
+    except KeyboardInterrupt:  # Ctrl+C 也送到了 hub（同一个进程组）：等它停掉各用户的服务器
+        return hub.wait()
+    finally:
+        restore_modes(changed)
 
 
 if __name__ == "__main__":
