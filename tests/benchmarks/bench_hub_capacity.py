@@ -39,8 +39,34 @@ def _status_kb(pid: int, field: str) -> int:
     return 0
 
 
+def _tree_rss_kb(root: int) -> int:
+    """root 和它全部后代进程（例如 notebook 用 multiprocessing 启动的训练进程）的 RSS 之和。"""
+    children: dict[int, list[int]] = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(d.name))
+    total, todo = 0, [root]
+    while todo:
+        pid = todo.pop()
+        try:
+            total += _status_kb(pid, "VmRSS")
+        except OSError:
+            pass
+        todo.extend(children.get(pid, []))
+    return total
+
+
 def run_notebook(path: Path, core: int | None) -> dict:
-    """在全新的内核里从头运行 notebook；返回用时、内核的峰值 RSS 和 CPU 时间。"""
+    """在全新的内核里从头运行 notebook；返回用时、内核（连同它的子进程）的峰值 RSS 和内核的 CPU 时间。
+
+    峰值：每 0.5 秒把内核和它全部子进程的 RSS 加起来，取最大值；再和内核自己的 VmHWM 取大者。
+    """
+    import threading
+
     import nbformat
     from nbclient import NotebookClient
     if core is not None:
@@ -48,11 +74,24 @@ def run_notebook(path: Path, core: int | None) -> dict:
     nb = nbformat.read(path, as_version=4)
     client = NotebookClient(nb, kernel_name="python3", timeout=1800,
                             resources={"metadata": {"path": str(path.parent)}})
+    peak_tree, done = [0], threading.Event()
+
+    def sample():
+        while not done.wait(0.5):
+            km = getattr(client, "km", None)
+            pid = getattr(getattr(km, "provisioner", None), "pid", None) if km else None
+            if pid:
+                peak_tree[0] = max(peak_tree[0], _tree_rss_kb(pid))
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
     t = time.monotonic()
     client.execute(cleanup_kc=False)
     wall = time.monotonic() - t
+    done.set()
+    sampler.join()
     pid = client.km.provisioner.pid
-    peak = _status_kb(pid, "VmHWM")
+    peak = max(_status_kb(pid, "VmHWM"), peak_tree[0])
     ticks = os.sysconf("SC_CLK_TCK")
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     cpu = (int(fields[11]) + int(fields[12])) / ticks
@@ -110,7 +149,7 @@ def main() -> int:
     for nb in args.memory:
         r = json.loads(subprocess.run([sys.executable, __file__, "--worker", nb], check=True, text=True,
                                       capture_output=True, cwd=REPO).stdout.splitlines()[-1])
-        print(f"{nb}：内核峰值 RSS {r['kernel_peak_mb']:.0f} MB，用时 {r['wall']:.1f} 秒，内核 CPU {r['kernel_cpu_s']:.1f} 秒；"
+        print(f"{nb}：内核（连同子进程）峰值 RSS {r['kernel_peak_mb']:.0f} MB，用时 {r['wall']:.1f} 秒，内核 CPU {r['kernel_cpu_s']:.1f} 秒；"
               f"每名学生约 {rss + r['kernel_peak_mb']:.0f} MB（服务器 + 这个内核）")
     core = sorted(os.sched_getaffinity(0))[-1]
     base, best = None, 0
