@@ -95,7 +95,8 @@ def run_notebook(path: Path, core: int | None) -> dict:
     ticks = os.sysconf("SC_CLK_TCK")
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     cpu = (int(fields[11]) + int(fields[12])) / ticks
-    client.km.shutdown_kernel(now=True)
+    from jupyter_core.utils import run_sync
+    run_sync(client.km.shutdown_kernel)(now=True)
     return {"wall": wall, "kernel_peak_mb": peak / 1024, "kernel_cpu_s": cpu}
 
 
