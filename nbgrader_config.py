@@ -4,11 +4,14 @@
 `python -m lib.tools.regenerate`（make release）生成 release/exercises/（学生版）和
 solutions/exercises/（参考答案 + 人工评分标准，不含隐藏测试）。
 """
+import os
+
 from nbgrader.preprocessors import ClearHiddenTests, ClearMarkScheme, ClearOutput, IncludeHeaderFooter, LockCells
 
 c = get_config()  # noqa: F821
 
-c.CourseDirectory.root = "."
+# 课程根目录就是这个文件所在的文件夹（不依赖当前目录：JupyterHub 上 formgrader 从助教的家目录启动）
+c.CourseDirectory.root = os.path.dirname(os.path.abspath(__file__))
 c.CourseDirectory.course_id = "cs224n-lecture07"
 c.CourseDirectory.source_directory = "source"
 c.CourseDirectory.release_directory = "release"

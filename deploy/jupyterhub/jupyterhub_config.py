@@ -1,0 +1,242 @@
+"""第 7 讲课程的 JupyterHub 配置：一台服务器，一门课，学生和教师/助教都是 hub 用户。
+
+    jupyterhub -f deploy/jupyterhub/jupyterhub_config.py      # 以 root 运行（要替每个用户启动服务器）
+
+- 用户：每个 hub 用户是一个同名的系统用户（LocalProcessSpawner）。两个 hub 组，名字沿用 nbgrader 的约定：
+  `nbgrader-<课程>`（学生）和 `formgrade-<课程>`（教师、助教）。
+- 作业分发：nbgrader 自己的交换目录（`c.Exchange.root`，全体可写、带粘滞位）。学生在 **Assignment List**
+  里取作业、提交、取反馈；教师和助教在共享的课程目录里 `nbgrader release_assignment`、`nbgrader collect`、
+  `python -m lib.grading grade ...`，**Formgrader** 只对他们开放（学生的服务器关掉了 formgrader 扩展，
+  而且课程目录对学生不可读）。
+- 环境：所有人的服务器和内核都来自同一个 venv（按仓库的 requirements.txt 装好，CPU 版 torch），只有一个内核。
+- 资源限制：见下面的 CourseSpawner（prlimit 总是生效；cgroup 在 /sys/fs/cgroup 可写时生效）。
+- 空闲回收：jupyterhub-idle-culler 作为 hub 服务运行。
+
+所有设置都可以用环境变量改（LECTURE07_HUB_*，见下面）；`make hub` 用它们在本机起一个试用的 hub。
+"""
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import sys
+from pathlib import Path
+
+from jupyterhub.spawner import LocalProcessSpawner
+
+c = get_config()  # noqa: F821
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+
+
+def setting(name: str, default: str) -> str:
+    return os.environ.get(f"LECTURE07_HUB_{name}", default)
+
+
+def names(value: str) -> list[str]:
+    return [n for n in value.replace(",", " ").split() if n]
+
+
+COURSE_ID = setting("COURSE_ID", "cs224n-lecture07")
+# 教师和助教共用的课程目录（nbgrader 的 course root：source/、release/、gradebook、submitted/……）
+COURSE_ROOT = setting("COURSE_ROOT", "/srv/lecture07/course")
+# nbgrader 的交换目录
+EXCHANGE = setting("EXCHANGE", "/srv/nbgrader/exchange")
+# 学生的 notebook 要导入的课程代码 lib/（只读即可；默认就是这份仓库里的 lib/）
+COURSE_LIB = setting("LIB", str(REPO / "lib"))
+# 课程环境（按 requirements.txt 装好的 venv）；默认是运行 hub 的这个 Python 所在的 venv
+VENV = setting("VENV", sys.prefix)
+# hub 自己的数据：用户数据库、cookie 密钥、代理的 pid 文件
+DATA = Path(setting("DATA", "/srv/lecture07/hub"))
+STUDENTS_GROUP = f"nbgrader-{COURSE_ID}"
+GRADERS_GROUP = f"formgrade-{COURSE_ID}"
+STUDENTS = names(setting("STUDENTS", ""))
+INSTRUCTORS = names(setting("INSTRUCTORS", ""))
+ADMINS = names(setting("ADMINS", ""))
+
+# ---------------------------------------------------------------- 网络、数据
+c.JupyterHub.bind_url = setting("URL", "http://127.0.0.1:8000")
+c.JupyterHub.hub_bind_url = f"http://127.0.0.1:{setting('HUB_PORT', '8081')}"
+c.ConfigurableHTTPProxy.api_url = f"http://127.0.0.1:{setting('PROXY_API_PORT', '8001')}"
+DATA.mkdir(parents=True, exist_ok=True)
+c.JupyterHub.db_url = setting("DB_URL", f"sqlite:///{DATA / 'jupyterhub.sqlite'}")
+c.JupyterHub.cookie_secret_file = str(DATA / "jupyterhub_cookie_secret")
+c.ConfigurableHTTPProxy.pid_file = str(DATA / "jupyterhub-proxy.pid")
+# 代理：npm 的 configurable-http-proxy（make hub-deps 把它装在 .venv/chp/）
+_proxy = setting("PROXY", "")
+for candidate in (_proxy, str(Path(VENV) / "chp/node_modules/.bin/configurable-http-proxy"),
+                  str(REPO / ".venv/chp/node_modules/.bin/configurable-http-proxy"),
+                  shutil.which("configurable-http-proxy") or ""):
+    if candidate and Path(candidate).exists():
+        c.ConfigurableHTTPProxy.command = [candidate]
+        break
+
+# ---------------------------------------------------------------- 认证（可替换）
+# dummy：只用于试用和测试（所有人同一个密码）。正式开课换成学校的认证：
+#   pam（系统账号）、ldapauthenticator.LDAPAuthenticator、jupyterhub-cas-authenticator、
+#   oauthenticator.generic.GenericOAuthenticator（学校的 OAuth2 / OIDC）、
+#   ltiauthenticator.lti13.authenticator.LTI13Authenticator（从 LMS 用 LTI 1.3 登录）。
+AUTH = setting("AUTH", "pam")
+if AUTH == "dummy":
+    c.JupyterHub.authenticator_class = "dummy"
+    password = setting("DUMMY_PASSWORD", "")
+    if not password:
+        raise SystemExit("LECTURE07_HUB_AUTH=dummy 时必须用 LECTURE07_HUB_DUMMY_PASSWORD 设一个密码")
+    c.DummyAuthenticator.password = password
+else:
+    c.JupyterHub.authenticator_class = AUTH
+# 名单之外的人不能登录；有名单时两个组也由这里建好（用 LTI / OAuth 时可以改成让认证器管理组：
+# c.Authenticator.manage_groups = True）
+if STUDENTS or INSTRUCTORS:
+    c.Authenticator.allowed_users = set(STUDENTS) | set(INSTRUCTORS)
+c.Authenticator.admin_users = set(ADMINS)
+c.JupyterHub.load_groups = {
+    STUDENTS_GROUP: {"users": STUDENTS},
+    GRADERS_GROUP: {"users": INSTRUCTORS},
+}
+
+# ---------------------------------------------------------------- 单用户服务器
+# 每个学生的上限（JupyterHub 的标准设置；LocalProcessSpawner 本身不执行它们，由下面的 CourseSpawner 执行）
+c.Spawner.mem_limit = setting("MEM_LIMIT", "2G")
+c.Spawner.cpu_limit = float(setting("CPU_LIMIT", "1"))
+# 每个系统用户最多这么多进程 + 线程（RLIMIT_NPROC：挡住 fork 炸弹）
+NPROC = int(setting("NPROC", "512"))
+c.Spawner.cmd = [str(Path(VENV) / "bin" / "jupyterhub-singleuser")]
+c.Spawner.default_url = "/lab"
+c.Spawner.args = ["--LabApp.news_url=", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]
+if setting("EXPOSE_APP", "") == "1":  # 只给测试用：让浏览器里的脚本读到 JupyterLab 的对象
+    c.Spawner.args.append("--LabApp.expose_app_in_browser=True")
+c.Spawner.http_timeout = 120
+c.Spawner.start_timeout = 180
+
+
+class CourseSpawner(LocalProcessSpawner):
+    """LocalProcessSpawner 加上课程需要的三件事（都在启动服务器之前或之后，由 hub 以 root 身份做）：
+
+    1. 家目录里建两个链接：`~/lib` → 课程代码（notebook 的引导单元格从这里导入 lib/），
+       教师/助教另有 `~/lecture07` → 共享的课程目录（formgrader 要求课程目录在服务器根目录之下）。
+    2. 环境：按组选 nbgrader 和 JupyterLab 的设置（JUPYTER_CONFIG_PATH：学生没有 formgrader），单线程的 torch。
+    3. 资源限制：
+       - 总是：`prlimit --as=mem_limit --nproc=NPROC`：每个进程（服务器、每个内核）的地址空间不超过 mem_limit，
+         这个系统用户的进程加线程不超过 NPROC。
+       - /sys/fs/cgroup 可写时：每个用户一个 cgroup（lecture07/用户名），服务器和它启动的所有内核加起来
+         内存不超过 mem_limit（v2 memory.max / v1 memory.limit_in_bytes），CPU 不超过 cpu_limit 个核
+         （v2 cpu.max / v1 cpu.cfs_quota_us）。不可写时只在日志里说明没有这一层。
+    """
+
+    def _role(self) -> str:
+        return "grader" if any(g.name == GRADERS_GROUP for g in self.user.groups) else "student"
+
+    def _home(self) -> Path:
+        return Path(pwd.getpwnam(self.user.name).pw_dir)
+
+    def _link(self, link: Path, target: str) -> None:
+        if link.is_symlink() and os.readlink(link) == target:
+            return
+        if link.exists() or link.is_symlink():
+            self.log.warning("%s 已经存在，不是指向 %s 的链接：保留原样", link, target)
+            return
+        os.symlink(target, link)
+        user = pwd.getpwnam(self.user.name)
+        os.lchown(link, user.pw_uid, user.pw_gid)
+
+    def get_env(self):
+        env = super().get_env()
+        role = self._role()
+        env.update({
+            "JUPYTER_CONFIG_PATH": str(HERE / "jupyter-config" / role),
+            "LECTURE07_EXCHANGE": EXCHANGE,
+            "LECTURE07_COURSE_ID": COURSE_ID,
+            "OMP_NUM_THREADS": "1",
+            "PATH": f"{Path(VENV) / 'bin'}:{env.get('PATH') or '/usr/local/bin:/usr/bin:/bin'}",
+        })
+        if role == "grader":
+            env["LECTURE07_COURSE_ROOT"] = str(self._home() / "lecture07")
+        return env
+
+    def _cgroups(self) -> list[tuple[Path, dict[str, str]]]:
+        mem = int(self.mem_limit) if self.mem_limit else None
+        cpu = self.cpu_limit
+        root = Path("/sys/fs/cgroup")
+        period = 100_000
+        if (root / "cgroup.controllers").exists():  # v2
+            values = {}
+            if mem:
+                values["memory.max"] = str(mem)
+            if cpu:
+                values["cpu.max"] = f"{int(cpu * period)} {period}"
+            return [(root / "lecture07" / self.user.name, values)]
+        targets = []
+        if mem and (root / "memory").is_dir():
+            targets.append((root / "memory" / "lecture07" / self.user.name, {"memory.limit_in_bytes": str(mem)}))
+        if cpu and (root / "cpu").is_dir():
+            targets.append((root / "cpu" / "lecture07" / self.user.name,
+                            {"cpu.cfs_period_us": str(period), "cpu.cfs_quota_us": str(int(cpu * period))}))
+        return targets
+
+    def _join_cgroups(self, pid: int) -> list[str]:
+        applied = []
+        for path, values in self._cgroups():
+            try:
+                if path.parent.name == "lecture07" and (path.parent.parent / "cgroup.subtree_control").exists():
+                    path.parent.mkdir(exist_ok=True)  # v2：在父 cgroup 里打开 memory 和 cpu 控制器
+                    for ctl in ("+memory", "+cpu"):
+                        for p in (path.parent.parent, path.parent):
+                            try:
+                                (p / "cgroup.subtree_control").write_text(ctl)
+                            except OSError:
+                                pass
+                path.mkdir(parents=True, exist_ok=True)
+                for name, value in values.items():
+                    (path / name).write_text(value)
+                (path / "cgroup.procs").write_text(str(pid))
+                applied.append(f"{path}: " + ", ".join(f"{k}={v}" for k, v in values.items()))
+            except OSError as e:
+                self.log.warning("cgroup %s 不可用（%s）：这一层限制没有生效", path, e)
+        return applied
+
+    async def start(self):
+        home = self._home()
+        self._link(home / "lib", COURSE_LIB)
+        if self._role() == "grader":
+            self._link(home / "lecture07", COURSE_ROOT)
+        prlimit = shutil.which("prlimit")
+        limits = []
+        if prlimit:
+            limits = [f"--nproc={NPROC}"]
+            if self.mem_limit:
+                limits.append(f"--as={int(self.mem_limit)}")
+            if self.cmd[0] != prlimit:  # 同一个 Spawner 对象会被重复启动
+                self.cmd = [prlimit, *limits, "--", *self.cmd]
+        else:
+            self.log.warning("没有 prlimit（util-linux）：每进程内存和进程数的上限没有生效")
+        ip_port = await super().start()
+        applied = self._join_cgroups(self.pid)
+        self.log.info("%s 的服务器（pid %s）的资源限制：prlimit %s；cgroup %s", self.user.name, self.pid,
+                      " ".join(limits) or "无", "; ".join(applied) or "无")
+        return ip_port
+
+    async def stop(self, now=False):
+        await super().stop(now=now)
+        for path, _ in self._cgroups():
+            try:
+                path.rmdir()
+            except OSError:
+                pass
+
+
+c.JupyterHub.spawner_class = CourseSpawner
+
+# ---------------------------------------------------------------- 空闲回收
+# 一小时没有活动的服务器被停掉（学生的文件都在家目录里，下次登录再启动）
+c.JupyterHub.load_roles = [{
+    "name": "jupyterhub-idle-culler-role",
+    "scopes": ["list:users", "read:users:activity", "read:servers", "delete:servers"],
+    "services": ["jupyterhub-idle-culler-service"],
+}]
+c.JupyterHub.services = [{
+    "name": "jupyterhub-idle-culler-service",
+    "command": [sys.executable, "-m", "jupyterhub_idle_culler",
+                f"--timeout={setting('IDLE_TIMEOUT', '3600')}", "--cull-every=300"],
+}]
