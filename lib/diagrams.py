@@ -47,9 +47,10 @@ def transformer_block_figure():
     fig, axes = plt.subplots(1, 2, figsize=(8.5, 6))
     for ax, pre in zip(axes, (True, False)):
         x, y = 0.0, 0.0
-        ax.text(x, y + 0.35, r"$x^{(\ell)}$", ha="center", va="top", fontsize=11)
+        ax.text(x, y - 0.05, r"$x^{(\ell)}$", ha="center", va="top", fontsize=11)
         for name, label in (("attn", "Multi-head\nself-attention"), ("ffn", "Feed-forward\n" + r"$W_2\,\mathrm{GELU}(W_1 x)$")):
             branch = y + 0.4  # 残差从这里分出去
+            ax.plot([x, x], [y, branch], color="black", lw=0.9)  # 主干
             steps = [("norm", "LayerNorm"), (name, label)] if pre else [(name, label)]
             y_cur = branch
             for kind, text in steps:
@@ -96,7 +97,7 @@ def multihead_figure(d: int = 12, n_heads: int = 3, T: int = 5):
     heads = HEAD_COLORS[:n_heads]
     right, mid = matrix(0.0, 1.4, T, d, None, f"$X$: $T \\times d$\n$({T} \\times {d})$")
     _arrow(ax, (right + 0.05, mid), (right + 0.75, mid))
-    ax.text(right + 0.4, mid + 0.12, r"$W^Q, W^K, W^V$", ha="center", va="bottom", fontsize=8)
+    ax.text(right + 0.4, mid + 0.3, "$W^Q, W^K, W^V$", ha="center", va="bottom", fontsize=8)
     x_q = right + 0.85
     right, _ = matrix(x_q, 1.4, T, d, heads, f"$Q$ (and $K$, $V$): $T \\times d$\nsplit into $h = {n_heads}$ heads of $d/h = {hs}$")
     x_att = right + 1.2
