@@ -121,9 +121,10 @@ def offset_batch(generator, batch_size: int, seq_len: int = 16, vocab_size: int 
 
 
 def train_offset_task(model: TransformerLM, seed: int = 0, steps: int = 300, batch_size: int = 32,
-                      lr: float = 1e-2, warmup_steps: int = 10, offset: int = 3) -> list:
+                      lr: float = 1e-2, warmup_steps: int = 10, offset: int = 3, grad_norms: list | None = None) -> list:
     """演示 6 的训练循环：AdamW，预热 warmup_steps 步后余弦衰减，梯度裁剪 1.0，每步一批新的随机序列
-    （数据的种子是 1000 + seed）。就地训练 model，训练完切换到 eval 模式，返回每步的 loss。"""
+    （数据的种子是 1000 + seed）。就地训练 model，训练完切换到 eval 模式，返回每步的 loss。
+    grad_norms：给一个列表时，每步追加裁剪之前的全局梯度范数。"""
     cfg = model.cfg
     gen = torch.Generator().manual_seed(1000 + seed)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
@@ -132,7 +133,7 @@ def train_offset_task(model: TransformerLM, seed: int = 0, steps: int = 300, bat
         return model(*offset_batch(gen, batch_size, cfg.max_len, cfg.vocab_size, offset)).loss
 
     with torch_threads(1):
-        losses = train_steps(model, opt, step_loss, steps, lr, warmup_steps, grad_clip=1.0)
+        losses = train_steps(model, opt, step_loss, steps, lr, warmup_steps, grad_clip=1.0, grad_norms=grad_norms)
     model.eval()
     return losses
 

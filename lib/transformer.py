@@ -579,9 +579,11 @@ def warmup_cosine(step: int, max_lr: float, warmup_steps: int, total_steps: int,
 
 
 def train_steps(model, opt, step_loss, steps: int, max_lr: float, warmup_steps: int,
-                grad_clip: float | None = None) -> list[float]:
+                grad_clip: float | None = None, grad_norms: list | None = None) -> list[float]:
     """固定步数的训练循环（§9）：每步按 warmup_cosine 设学习率，step_loss(step) 算出这一步的 loss，
-    反传，（可选）裁剪梯度，更新参数。返回每步的 loss。notebook 里的小实验都用它。"""
+    反传，（可选）裁剪梯度，更新参数。返回每步的 loss。notebook 里的小实验都用它。
+
+    grad_norms：给一个列表时，每步把裁剪之前的全局梯度范数追加进去（要求 grad_clip）。"""
     model.train()
     losses = []
     for step in range(steps):
@@ -591,7 +593,9 @@ def train_steps(model, opt, step_loss, steps: int, max_lr: float, warmup_steps: 
         opt.zero_grad(set_to_none=True)
         loss.backward()
         if grad_clip:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+            norm = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+            if grad_norms is not None:
+                grad_norms.append(norm.item())
         opt.step()
         losses.append(loss.item())
     return losses

@@ -360,6 +360,23 @@ def test_train_steps_follows_the_schedule_and_learns():
     assert len(losses) == 200 and losses[-1] < losses[0] / 10
 
 
+def test_train_steps_records_the_gradient_norm_before_clipping():
+    model = nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)  # 学习率 0：参数不动，每步的梯度都一样
+    x = torch.randn(64, 4)
+    y = 100 * x.sum(-1)  # 梯度远大于裁剪上限
+
+    def step_loss(step):
+        return ((model(x).squeeze(-1) - y) ** 2).mean()
+
+    norms = []
+    train_steps(model, opt, step_loss, 3, max_lr=0.0, warmup_steps=1, grad_clip=1.0, grad_norms=norms)
+    opt.zero_grad()
+    step_loss(0).backward()
+    expected = torch.cat([p.grad.flatten() for p in model.parameters()]).norm().item()
+    assert len(norms) == 3 and norms[0] == pytest.approx(expected, rel=1e-5) and expected > 1.0
+
+
 def test_kv_cache_generation_equals_uncached_generation():
     model = TransformerLM(vocab_size=30, d_model=32, n_heads=4, n_layers=2, max_len=64).eval()
     prompt = torch.randint(0, 30, (2, 5))
