@@ -195,8 +195,6 @@ def test_parts_are_read_from_the_messages(small):
     r = items[(SA, LBM)]
     assert float(r["full_rate"]) == pytest.approx(2 / 6, abs=1e-3)
     assert float(r["mean_points"]) == pytest.approx(4 / 6, abs=1e-3)
-    assert float(r["discrimination"]) == pytest.approx(
-        statistics.correlation([2, 0, 0, 0, 0, 2], [8, 4, 0, 8, 0, 8]), abs=1e-3)  # 其余 = 总分 − 这一部分
 
 
 def test_hints_with_student_specific_numbers_are_grouped(small):
@@ -209,8 +207,9 @@ def test_hints_with_student_specific_numbers_are_grouped(small):
 
 def test_manual_grading_progress_missing_and_late(small):
     r = small["items"][("ex3_proof", "")]
-    assert r["kind"] == "manual" and r["graded"] == "3" and r["pending"] == "1"  # 已评 3（含自动 0 分），待评 1
-    assert float(r["mean_points"]) == pytest.approx((3 + 4 + 0) / 3, abs=1e-3)
+    # 助教已评 2（s1、s2），s4 没作答、自动 0 分（不算“已评”，不进平均），s3 待评
+    assert r["kind"] == "manual" and r["graded"] == "2" and r["pending"] == "1" and r["auto_zero"] == "1"
+    assert float(r["mean_points"]) == pytest.approx((3 + 4) / 2, abs=1e-3)
     summ = small["result"]["summary"]
     assert summ["late"] == ["s2"] and summ["no_submission"] == ["s7"] and summ["n_students"] == 7
     assert summ["per_notebook"][NB2]["missing"] == 3 and summ["per_notebook"][NB1]["missing"] == 1
@@ -218,6 +217,19 @@ def test_manual_grading_progress_missing_and_late(small):
     assert summ["totals"]["s2"] == pytest.approx(4 + 0 + 4)
     page = (small["result"]["dir"] / "index.html").read_text(encoding="utf-8")
     assert "3 分 × 1" in page and "4 分 × 1" in page and "待人工评分的单元格" in page
+
+
+def test_part_discrimination_leaves_the_whole_cell_out_of_the_rest(small):
+    """部分的区分度：“其余”去掉整个单元格（同一单元格的其他部分不算），页面上说明其余是哪些 notebook。"""
+    r = small["items"][(SA, LBM)]
+    # 有批维度 + 掩码：2, 0, 0, 0, 0, 2；其余 = 总分 − 整个 self_attention = 只有 ex1_scores：2, 0, 0, 2, 0, 2
+    assert float(r["discrimination"]) == pytest.approx(
+        statistics.correlation([2, 0, 0, 0, 0, 2], [2, 0, 0, 2, 0, 2]), abs=1e-3)
+    r = small["items"][(SA, L2D)]  # 2, 2, 0, 2, 0, 2
+    assert float(r["discrimination"]) == pytest.approx(
+        statistics.correlation([2, 2, 0, 2, 0, 2], [2, 0, 0, 2, 0, 2]), abs=1e-3)
+    page = (small["result"]["dir"] / "index.html").read_text(encoding="utf-8")
+    assert f"这份报告里的 notebook（{NB1}、{NB2}）" in page and "整个单元格" in page
 
 
 def test_small_class_and_blank_notebooks_say_why_values_are_undefined(tmp_path):
@@ -339,14 +351,16 @@ def test_report_on_real_grading_output(tmp_path):
     assert float(d["full_rate"]) == pytest.approx(0.5) and float(d["zero_rate"]) == pytest.approx(0.5)
     # 未作答 = 答案单元格和发布版一字不差：只有 s02（s03 把单元格换成了只有 raise 的另一段，不算“和发布版相同”）
     assert float(d["blank_rate"]) == pytest.approx(0.25)
-    # 两个丢分的学生得到的说明不同（s02 的 double 抛出 NotImplementedError，s03 根本没有定义 double）：各算一次
+    # 两个丢分的学生：s02 没作答（double 抛出 NotImplementedError），不进说明的排名；s03 根本没有定义 double：算一次
     it = next(i for i in result["items"] if i.cell == "test_double" and not i.part)
-    assert sorted(c for _, c in it.hints) == [1, 1] and d["top_hint_count"] == "1"
-    assert any("NotImplementedError" in t for t, _ in it.hints), it.hints
+    assert sorted(c for _, c in it.hints) == [1] and d["top_hint_count"] == "1" and it.wrong == 1
+    assert not any("NotImplementedError" in t for t, _ in it.hints), it.hints
     a = items[("test_answer", "")]
     assert float(a["full_rate"]) == pytest.approx(0.75)  # s03 只空了第一题
     e = items[("explain", "")]
-    assert e["kind"] == "manual" and e["pending"] == "3" and e["graded"] == "1"  # s02 的文字题没作答：自动 0 分
+    # s02 的文字题没作答：自动 0 分，不算助教已评；平均要等助教评了才有
+    assert e["kind"] == "manual" and e["pending"] == "3" and e["graded"] == "0" and e["auto_zero"] == "1"
+    assert e["mean_points"] == "" and e["difficulty"] == ""
     totals = result["summary"]["totals"]
     assert totals == pytest.approx(grades)
 
@@ -380,3 +394,163 @@ def test_parts_parser_reads_what_exercise_checks_writes():
     _, msg0 = ec._score([ec._part(L2D, 2, wrong("a")), ec._part(LB, 2, wrong("b"))])  # 0 分、原因不同：也逐条列出
     assert [p[:3] for p in cr.parse_parts(msg0)] == [(L2D, 2.0, False), (LB, 2.0, False)]
     assert cr.parse_parts(ec._score([ec._part(L2D, 2, lambda: None)])[1]) is None  # “正确。”
+
+
+# ============================================================================ 评审（issue 22）：一个像真班那样的小班
+NB3, NB6 = "03_positions_and_rope", "06_hands_on"
+WHY = "注意力权重和参考答案不一致。" + SQRT
+BLANK_SA = "还没有作答（仍是 raise NotImplementedError()）"
+
+
+@pytest.fixture(scope="module")
+def review(tmp_path_factory):
+    """六个学生：r1 全对；r2、r3 在不同的部分犯同一个错（说明开头是不同的输入）；b1..b3 空白（说明是“还没有作答”，
+    开头的输入也各不相同）。notebook 02 的文字题：r1..r3 写了、助教还没评，b1..b3 没作答（自动 0 分）。
+    notebook 06 只有 r1 交了；03、04、05 谁也没交。"""
+    from lib.grading import gradebook_io
+    rel = cf.release_of(REPO)
+    full = {nb: {g: p for g, (p, auto) in gradebook_io.grade_cells(rel[nb]).items() if auto} for nb in (NB1, NB2)}
+    tmpl = {nb: {g: t for g, _, t in cf.answer_cells(rel[nb])} for nb in (NB1, NB2, NB6)}
+
+    def answers(nb, sid):
+        return {g: t.replace("raise NotImplementedError()", f"return {sid!r}") + f"\n# {sid}" for g, t in tmpl[nb].items()}
+
+    msgs = {"r1": (8, "正确。"),
+            "r2": (4, _partial([(L2D, 2, True, ""), (L2M, 2, True, ""), (LB, 2, False, "Q 的形状 (2, 3, 4)：" + WHY),
+                                (LBM, 2, False, "Q 的形状 (4, 4, 6)、掩码 (4, 1, 6)：" + WHY)])),
+            "r3": (4, _partial([(L2D, 2, False, "Q 的形状 (3, 5)：" + WHY),
+                                (L2M, 2, False, "Q 的形状 (7, 7)、掩码 (7, 7)：" + WHY), (LB, 2, True, ""), (LBM, 2, True, "")])),
+            "b1": (0, "Q 的形状 (3, 5)：" + BLANK_SA), "b2": (0, "Q 的形状 (3, 5)：" + BLANK_SA),
+            "b3": (0, "Q 的形状 (7, 7)、掩码 (7, 7)：" + BLANK_SA)}
+    students = {}
+    for sid, (sa, msg) in msgs.items():
+        blank = sid.startswith("b")
+        s1 = dict(full[NB1], **{SA: sa})
+        students[sid] = {NB1: {"answers": {} if blank else answers(NB1, sid), "messages": {SA: msg},
+                               "scores": {g: (0 if blank else p) for g, p in s1.items()} if blank else s1},
+                         NB2: {"answers": {} if blank else answers(NB2, sid),
+                               "scores": {g: (0 if blank else p) for g, p in full[NB2].items()}}}
+    students["r1"][NB6] = {"answers": {"ex10a_answer": "两个头就够了。"}}
+    course = cf.write_class(tmp_path_factory.mktemp("review") / "course", REPO, students, notebooks=[NB1, NB2, NB3, NB6])
+    result = cr.run(course, "exercises", quiet=True)
+    items = {(r["notebook"], r["cell"], r["part"]): r for r in _read_csv(result["dir"] / "items.csv")}
+    page = (result["dir"] / "index.html").read_text(encoding="utf-8")
+    return {"course": course, "result": result, "items": items, "page": page}
+
+
+def test_blank_answers_are_left_out_of_the_hint_ranking(review):
+    """三个空白的学生得到“还没有作答”，两个答错的学生得到真正的原因：排第一的是原因（只算答错的两人），页面这样说。"""
+    r = review["items"][(NB1, SA, "")]
+    assert r["top_hint"] == WHY and r["top_hint_count"] == "2"
+    assert float(r["blank_rate"]) == pytest.approx(3 / 6, abs=1e-3)  # 没作答的比例单独列出
+    assert not any("还没有作答" in row["top_hint"] for row in review["items"].values())
+    page = review["page"]
+    assert f"答错的学生中最常见的说明：{WHY}（2 / 2 人）" in page
+    assert "得到这条说明：" + BLANK_SA not in page and "还没有作答（仍是" not in page
+
+
+def test_hints_are_grouped_by_cause_without_the_input_prefix(review):
+    """同一个原因、开头的输入不同（“Q 的形状 (3, 5)”/“(7, 7)、掩码 …”）：归成一类，按人数（r2 两条说明只算一人）。"""
+    it = next(i for i in review["result"]["items"] if i.cell == SA and not i.part)
+    assert it.hints == [(WHY, 2)]
+    part = next(i for i in review["result"]["items"] if i.cell == SA and i.part == L2D)
+    assert part.hints == [(WHY, 1)]  # 只有 r3 在这一部分错；空白的不算
+    assert cr.hint_key("第 1 组（n = 8、d = 8）：k_a 的权重只有 0.5。")[0] == cr.hint_key("第 2 组（n = 4、d = 2）：k_a 的权重只有 0.7。")[0]
+    assert cr.hint_key("monte_carlo_variance(32, 0.64, 20000, seed=7)：方差不对")[0] == "方差不对"
+    assert cr.hint_key("scores_1 不对：得到 [[1.]]。")[0].startswith("scores_# 不对：")  # 不是输入：不去掉
+    assert cr.is_blank_hint("第 2 组（因果掩码）：" + BLANK_SA) and not cr.is_blank_hint(WHY)
+
+
+def test_written_answers_separate_ta_grading_from_automatic_zeros(review):
+    """文字题：没作答的三人自动 0 分，助教一份也没评：已评 0，平均、难度、零分率都空着。"""
+    r = review["items"][(NB2, "ex3_proof", "")]
+    assert (r["graded"], r["auto_zero"], r["pending"]) == ("0", "3", "3")
+    assert r["mean_points"] == r["difficulty"] == r["zero_rate"] == r["full_rate"] == ""
+    page = review["page"]
+    assert "助教已评 0，没作答自动 0 分 3" in page and "助教还没有评分" in page and "0 分 × 3" not in page
+
+
+def test_notebooks_nobody_submitted_are_left_out(review, tmp_path):
+    """03、04、05 谁也没交：不进表、不算进总分的满分，页面说明哪些没列；--all-notebooks 时照样列出。"""
+    res = review["result"]
+    assert res["data"].notebooks == [NB1, NB2, NB6] and res["data"].left_out == [NB3]
+    summ = res["summary"]
+    assert set(summ["per_notebook"]) == {NB1, NB2, NB6}
+    assert not any(nb == NB3 for nb, _, _ in review["items"])
+    nb_max = {nb: sum(p for p, _ in res["data"].cells[nb].values()) for nb in (NB1, NB2, NB6)}
+    assert summ["max_total"] == pytest.approx(sum(nb_max.values()))
+    assert "全班都没有交的 notebook 不在这份报告里" in review["page"] and NB3 in review["page"]
+    assert f"<h3>{NB3}</h3>" not in review["page"]
+    # 缺交的 notebook：只数报告里的（06 只有 r1 交了：5 个）
+    assert sum(v["missing"] for v in summ["per_notebook"].values()) == 5
+    course = tmp_path / "course"
+    shutil.copytree(review["course"], course, ignore=shutil.ignore_patterns("reports"))
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    p = subprocess.run([sys.executable, "-m", "lib.grading", "report", "exercises", "--all-notebooks", "--quiet"],
+                       cwd=course, capture_output=True, text=True, env=env, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert any(r["notebook"] == NB3 for r in _read_csv(course / "reports" / "exercises" / "items.csv"))
+
+
+def test_labels_and_the_blank_note_read_well(review):
+    """“需要几个头？：文字题”没有“？：”；“没作答多说明没时间……”只说一次。"""
+    page = review["page"]
+    assert "需要几个头？（文字题）" in page and "？：" not in page
+    assert page.count("没作答多说明没时间或没开始") == 1
+    assert len(page.split('<section id="reteach">')[1].split("</ol>")[0].split("<li>")) - 1 == 5
+
+
+def test_method_section_states_the_common_fingerprint_limit(small):
+    page = (small["result"]["dir"] / "index.html").read_text(encoding="utf-8")
+    assert "超过 10%（至少 3 个）学生都有的指纹" in page and "common_limit" not in page
+    assert cr.common_limit(20) == 3 and cr.common_limit(200) == 20
+
+
+PROOF = ("设 $P$ 是置换矩阵，$A(X) = \\mathrm{softmax}(XW_Q (XW_K)^T / \\sqrt{d_k})\\, XW_V$。\n\n"
+         "那么 $A(PX) = P\\,A(X)$：因为 Softmax 按行做，置换行不改变每一行内部的 Attention 权重；"
+         "再乘 $PXW_V$ 时行的顺序和 $P$ 一致，所以 Self-Attention 对输入的 Permutation 是等变的。")
+
+
+@pytest.fixture(scope="module")
+def text_pair(tmp_path_factory):
+    """notebook 02：六个诚实的学生，t1 和 t2 的文字题和代码一样（t2 改了变量名）。"""
+    import random
+    rel = {NB2: cf.release_of(REPO)[NB2]}
+    rng = random.Random(3)
+    students = {f"h{i}": {NB2: {"answers": {g: cf.honest_answer(g, k, t, rng) for g, k, t in cf.answer_cells(rel[NB2])}}}
+                for i in range(6)}
+    orig = {g: cf.honest_answer(g, k, t, rng) for g, k, t in cf.answer_cells(rel[NB2])}
+    orig["ex3_proof"] = PROOF
+    students["t1"] = {NB2: {"answers": orig}}
+    students["t2"] = {NB2: {"answers": {g: (v if g == "ex3_proof" else cf.rename_and_comment(v)) for g, v in orig.items()}}}
+    course = cf.write_class(tmp_path_factory.mktemp("textpair") / "course", REPO, students, notebooks=[NB2])
+    return cr.run(course, "exercises", quiet=True)
+
+
+def test_similarity_panel_shows_the_original_text(text_pair):
+    import html as _html
+    import re as _re
+    p = text_pair["pairs"][NB2][0]
+    assert {p.a, p.b} == {"t1", "t2"} and p.flagged
+    shown = _html.unescape(_re.sub(r"<[^>]+>", "", p.html))
+    assert "$A(PX) = P\\,A(X)$" in shown and "Self-Attention" in shown and "Permutation" in shown
+    assert "a(px)" not in shown and "self-attention" not in shown
+    assert "<mark>" in p.html.split("文字题")[1]
+
+
+def test_fingerprints_stay_inside_each_cell_and_panels_name_the_cells(text_pair):
+    a = "def f(x):\n    y = np.exp(x - x.max(axis=-1, keepdims=True))\n    return y / y.sum(axis=-1, keepdims=True)\n"
+    b = "def g(q, k):\n    s = q @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1])\n    return s\n"
+    with cr._StableHashes():
+        both = cr.code_fingerprint([("c1", a), ("c2", b)])[0]
+        swapped = cr.code_fingerprint([("c2", b), ("c1", a)])[0]
+        alone = cr.code_fingerprint([("c1", a)])[0].hashes | cr.code_fingerprint([("c2", b)])[0].hashes
+        t_both = cr.text_fingerprint([("p", PROOF), ("q", "另一段文字：Q 和 K 的点积除以根号 d_k，方差变成 1。")])[2]
+        t_alone = (cr.text_fingerprint([("p", PROOF)])[2]
+                   | cr.text_fingerprint([("q", "另一段文字：Q 和 K 的点积除以根号 d_k，方差变成 1。")])[2])
+    assert both.hashes == alone == swapped.hashes  # 没有跨两个单元格的指纹；单元格的先后不影响
+    assert t_both == t_alone
+    p = text_pair["pairs"][NB2][0]
+    assert "单元格 <code>ex3_proof</code>" in p.html
+    code_gids = [g for g, k, _ in cf.answer_cells(cf.release_of(REPO)[NB2]) if k == "code"]
+    assert sum(f"单元格 <code>{g}</code>" in p.html for g in code_gids) >= 2

@@ -71,6 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("report", help="班级报告（只读）：题目分析、人工评分进度、相似的提交")
     r.add_argument("assignment")
     r.add_argument("-o", "--output", type=Path, help="输出文件夹（默认 reports/作业/）")
+    r.add_argument("--all-notebooks", action="store_true",
+                   help="全班都没交的 notebook 也列出来（默认只报告至少一个学生交了的 notebook，总分也只算这些）")
     r.add_argument("--quiet", action="store_true")
     return ap
 
@@ -113,7 +115,7 @@ def run(args, ap) -> int:
     if args.cmd == "report":
         from . import class_report
         try:
-            class_report.run(Path("."), args.assignment, args.output, quiet=args.quiet)
+            class_report.run(Path("."), args.assignment, args.output, quiet=args.quiet, all_notebooks=args.all_notebooks)
         except FileNotFoundError as e:
             raise InputError(str(e)) from None
         return 0

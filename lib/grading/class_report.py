@@ -9,17 +9,19 @@ notebook 的单元格元数据（``report.GRADING_KEY``，评分流水线写的�
 - ``items.csv``：每个评分单元格一行、每个部分一行（题目分析）；
 - ``similarity.csv``：每个 notebook 里相似度超过下限的每一对学生一行。
 
+全班都没交的 notebook 不报告（页面上列出名字；``--all-notebooks`` 也列出）。“还没有作答”的说明不进说明的排名。
+
 **部分**：评分说明逐条写出部分分（``exercise_checks._score``：“部分正确，a / b 分。✓ 标签（p 分）；✗ 标签（p 分）：原因”）。
 报告从这些说明里读出每个部分的标签、分值和每个学生这一部分的得失：“正确。”（满分）= 每部分都得分，0 分且只写一个原因
 = 每部分都没得分。全班没有一个人的说明列出过部分的单元格，只有整题一行。
 
 **区分度**：校正的题目–总分相关（item-rest correlation）：这道题（或这一部分）的得分和同一学生本作业其余自动评分题
-总分的 Pearson 相关，只算交了这个 notebook 的学生。低于 ``LOW_DISCRIMINATION`` 的标出来（题目可能有歧义，或检查有问题）。
+总分的 Pearson 相关，只算交了这个 notebook 的学生；部分的“其余”去掉它所在的整个单元格。低于 ``LOW_DISCRIMINATION`` 的标出来（题目可能有歧义，或检查有问题）。
 
 **相似度**：只比较学生写的东西（答案单元格和学生自己加的代码单元格、文字题的答案），不比较发布版的模板、只读单元格和测试。
 代码用 copydetect 的分词（pygments：变量名、函数名、字符串都换成同一个记号，注释和空白去掉）和 winnowing 指纹；
-发布版里出现过的指纹（模板）去掉；多数人都有的指纹（``common_limit`` 人以上）也去掉（大家都会这样写的短答案不算证据）。
-一对学生的相似度 = 共有的指纹数 / 指纹较少的一方的指纹数。相似只是“值得看一眼”，不是结论，也不影响分数。
+发布版里出现过的指纹（模板）去掉；多数人都有的指纹（超过 ``COMMON_SHARE``、至少 ``COMMON_MIN`` 人）也去掉（大家都会这样写的短答案不算证据）。
+每个答案单元格单独取指纹。一对学生的相似度 = 共有的指纹数 / 指纹较少的一方的指纹数。相似只是“值得看一眼”，不是结论，也不影响分数。
 """
 from __future__ import annotations
 
@@ -68,6 +70,7 @@ class Submission:
     text: list              # [(标签, 文字)]：文字题的答案
     penalty: float = 0.0    # 迟交扣分
     have_file: bool = True
+    ta_graded: set = field(default_factory=set)  # 助教打了分的 grade_id（manual_score 不为空）
 
 
 @dataclass
@@ -82,6 +85,7 @@ class ClassData:
     subs: dict                      # (学生, notebook) -> Submission
     late: set = field(default_factory=set)       # 迟交的学生
     submitted: set = field(default_factory=set)  # 交了这个作业的学生
+    left_out: list = field(default_factory=list)  # 没有一个学生交的 notebook（报告里不列出）
 
 
 def _answer_cells_of_tests(nb: dict) -> dict:
@@ -168,7 +172,7 @@ def _gradebook_rows(course: Path, assignment: str):
         score = manual if manual is not None else auto
         if score is not None and extra is not None:
             score += extra
-        out.append((student, nb, gid, None if score is None else float(score)))
+        out.append((student, nb, gid, None if score is None else float(score), manual is not None))
     late = {s for s, ts, ext in subs if ts is not None and due is not None and ts > due + (ext or dt.timedelta())}
     penalties = {(s, nb): float(p or 0) for s, nb, p in pen}
     return out, students, {s for s, _, _ in subs}, late, penalties
@@ -186,7 +190,8 @@ def _grades_csv(course: Path) -> tuple[set, set]:
             {r["student_id"] for r in rows if "late" in (r.get("status") or "").split("+")})
 
 
-def load(course: Path, assignment: str) -> ClassData:
+def load(course: Path, assignment: str, all_notebooks: bool = False) -> ClassData:
+    """all_notebooks：没有一个学生交的 notebook 也列出来（默认不列，名字记在 left_out）。"""
     from .pipeline import release_notebooks
     course = Path(course)
     release = release_notebooks(course, assignment)
@@ -194,8 +199,11 @@ def load(course: Path, assignment: str) -> ClassData:
     cells = {nb: gradebook_io.grade_cells(rel) for nb, rel in release.items()}
     rows, students, submitted, late, penalties = _gradebook_rows(course, assignment)
     by = defaultdict(dict)
-    for student, nb, gid, score in rows:
+    ta = defaultdict(set)
+    for student, nb, gid, score, by_ta in rows:
         by[(student, nb)][gid] = score
+        if by_ta:
+            ta[(student, nb)].add(gid)
     subs = {}
     for (student, nb), scores in by.items():
         if nb not in release:
@@ -214,13 +222,22 @@ def load(course: Path, assignment: str) -> ClassData:
         code, text = _student_parts(agnb, release[nb])
         subs[(student, nb)] = Submission(student, nb, scores, {g: m for g, m in messages.items() if m},
                                          repair.answered_cells(agnb, release[nb]), code, text,
-                                         penalties.get((student, nb), 0.0))
+                                         penalties.get((student, nb), 0.0), ta_graded=ta[(student, nb)])
+    handed = {nb for _, nb in subs}
+    left_out = [nb for nb in notebooks if nb not in handed]
+    if not all_notebooks:  # 全班都没交的 notebook（还没布置、或这次只交前几个）：不进统计，也不算进总分的满分
+        notebooks = [nb for nb in notebooks if nb in handed]
     roster_missing, csv_late = _grades_csv(course)
     everyone = sorted(set(students) | roster_missing)
     late = late | csv_late
-    return ClassData(assignment, notebooks, release, cells, {nb: report.labels(rel) for nb, rel in release.items()},
+    return ClassData(assignment, notebooks, release, cells, {nb: _labels(rel) for nb, rel in release.items()},
                      {nb: _answer_cells_of_tests(rel) for nb, rel in release.items()}, everyone, subs, late,
-                     submitted)
+                     submitted, left_out)
+
+
+def _labels(rel: dict) -> dict:
+    """report.labels 的名字；标题以问号、感叹号或句号结尾时不再接“：”（“需要几个头？：文字题” → “需要几个头？（文字题）”）。"""
+    return {g: re.sub(r"([？！。?!])：(.+)$", r"\1（\2）", lab) for g, lab in report.labels(rel).items()}
 
 
 # ============================================================================ 统计
@@ -250,8 +267,26 @@ def parse_parts(message: str | None) -> list | None:
     return out
 
 
+# 说明开头写的是这一部分的输入（“Q 的形状 (3, 5)：”“第 1 组（n = 8、d = 8）：”“f(32, 0.64, seed=7)：”），
+# 不是原因：归类时去掉，同一个原因不会因为输入不同分成几类
+_INPUT_PREFIX_RE = re.compile(r"^(?:第 \d+ [组批句](?:第 \d+ 句)?(?:（[^）：]*）)?|[A-Za-z_]\w* 的形状 [^：。]*"
+                              r"|[A-Za-z_][\w.]*\([^：。]*\))：")
+_BLANK_HINT_RE = re.compile(r"^还没有作答")
+
+
+def hint_cause(text: str) -> str:
+    """说明去掉开头描述输入的部分，只留原因。"""
+    return _INPUT_PREFIX_RE.sub("", text.strip(), count=1)
+
+
+def is_blank_hint(text: str) -> bool:
+    """“还没有作答（仍是 raise NotImplementedError()）”之类：没作答，不是答错的原因。"""
+    return bool(_BLANK_HINT_RE.match(hint_cause(text)))
+
+
 def hint_key(text: str) -> tuple[str, tuple]:
-    """说明里的数（输入、学生算出的值）换成占位符：同一种错误的说明归成一类。返回 (类别, 这些数)。"""
+    """说明去掉开头的输入，其中的数（输入、学生算出的值）换成占位符：同一种错误的说明归成一类。返回 (类别, 这些数)。"""
+    text = hint_cause(text)
     nums = tuple(m.group(0) for m in _NUM_RE.finditer(text))
     return _NUM_RE.sub("#", text), nums
 
@@ -280,8 +315,10 @@ class Item:
     hints: list = field(default_factory=list)   # [(说明, 人数)]，人数多的在前
     discrimination: float | None = None
     disc_note: str = ""
-    graded: int = 0
-    pending: int = 0
+    graded: int = 0         # 文字题：助教已评
+    pending: int = 0        # 文字题：待评
+    auto_zero: int = 0      # 文字题：没作答、自动记 0 分
+    wrong: int = 0          # 作答了但没得满分的学生（说明的排名只算他们）
 
     @property
     def known(self):
@@ -318,11 +355,14 @@ class Item:
 
 
 def _count_hints(per_student: list) -> list:
-    """per_student：每个学生得到的说明列表 → [(说明, 人数)]，每个学生每类只算一次。"""
+    """per_student：每个学生得到的说明列表 → [(说明, 人数)]，每个学生每类只算一次；“还没有作答”不算
+    （没作答的比例单独列出）。"""
     groups: dict = defaultdict(list)
     students: dict = defaultdict(set)
     for i, texts in enumerate(per_student):
         for t in texts:
+            if is_blank_hint(t):
+                continue
             k, nums = hint_key(t)
             groups[k].append(nums)
             students[k].add(i)
@@ -343,18 +383,21 @@ def item_analysis(data: ClassData) -> tuple[list, dict]:
         subs = [data.subs[(s, nb)] for s in studs]
         for gid, (pts, auto) in data.cells[nb].items():
             label = data.labels[nb].get(gid, gid)
-            if not auto:
-                scores = [s.scores.get(gid) for s in subs]
+            if not auto:  # 只有助教打的分算“已评”；没作答自动记的 0 分单独数，不进平均和分布
+                scores = [s.scores.get(gid) if gid in s.ta_graded else None for s in subs]
                 it = Item(nb, gid, "", label, "manual", pts, scores, studs,
                           blank=sum(1 for s in subs if gid not in s.answered))
                 it.graded = sum(1 for x in scores if x is not None)
-                it.pending = len(scores) - it.graded
+                it.auto_zero = sum(1 for s in subs if gid not in s.ta_graded and s.scores.get(gid) is not None)
+                it.pending = len(scores) - it.graded - it.auto_zero
                 items.append(it)
                 continue
             scores = [s.scores.get(gid) for s in subs]
             answer = data.answer_cells[nb].get(gid, [])
-            blank = sum(1 for s in subs if answer and not (set(answer) & s.answered))
+            blank_of = [bool(answer) and not (set(answer) & s.answered) for s in subs]
+            blank = sum(blank_of)
             it = Item(nb, gid, "", label, "auto", pts, scores, studs, blank=blank)
+            it.wrong = sum(1 for b, x in zip(blank_of, scores) if not b and x is not None and x < pts - 1e-9)
             # 部分：从说明里读出标签和分值（按第一次出现的顺序）
             parsed = [parse_parts(s.messages.get(gid)) for s in subs]
             part_pts: dict = {}
@@ -362,8 +405,8 @@ def item_analysis(data: ClassData) -> tuple[list, dict]:
                 for lab, pp, _, _ in p or []:
                     part_pts.setdefault(lab, pp)
             cell_hints, part_scores, part_hints = [], {lab: [] for lab in part_pts}, {lab: [] for lab in part_pts}
-            for s, p, x in zip(subs, parsed, scores):
-                msg = s.messages.get(gid) or ""
+            for s, p, x, is_blank in zip(subs, parsed, scores, blank_of):
+                msg = "" if is_blank else (s.messages.get(gid) or "")  # 没作答的学生的说明不进排名
                 got = dict((lab, (ok, why)) for lab, _, ok, why in p or [])
                 full = x is not None and x >= pts - 1e-9
                 for lab, pp in part_pts.items():
@@ -378,8 +421,10 @@ def item_analysis(data: ClassData) -> tuple[list, dict]:
                         part_hints[lab].append([])
                         continue
                     part_scores[lab].append(pp if ok else 0.0)
-                    part_hints[lab].append([] if ok else [why or msg])
+                    part_hints[lab].append([] if ok or is_blank else [why or msg])
                 if full or x is None:
+                    cell_hints.append([])
+                elif is_blank:
                     cell_hints.append([])
                 elif p:
                     cell_hints.append([why for _, _, ok, why in p if not ok and why])  # 原因相同就归一类，不管是哪一部分
@@ -391,13 +436,16 @@ def item_analysis(data: ClassData) -> tuple[list, dict]:
             for lab, pp in part_pts.items():
                 pit = Item(nb, gid, lab, f"{label} · {lab}", "auto", pp, part_scores[lab], studs, blank=blank)
                 pit.hints = _count_hints(part_hints[lab])
-                _discriminate(pit, auto_total)
+                pit.wrong = sum(1 for b, x in zip(blank_of, part_scores[lab]) if not b and x is not None and x < pp - 1e-9)
+                _discriminate(pit, auto_total, scores)  # 其余 = 总分去掉整个单元格（同一单元格的其他部分也不算）
                 items.append(pit)
     return items, dict(auto_total)
 
 
-def _discriminate(it: Item, auto_total: dict) -> None:
-    pairs = [(x, auto_total.get(s, 0.0) - x) for s, x in zip(it.students, it.scores) if x is not None]
+def _discriminate(it: Item, auto_total: dict, cell_scores: list | None = None) -> None:
+    """item-rest 相关。cell_scores：部分的行，其余 = 总分 − 整个单元格的得分；否则其余 = 总分 − 这一项。"""
+    own = cell_scores if cell_scores is not None else it.scores
+    pairs = [(x, auto_total.get(s, 0.0) - (c or 0.0)) for s, x, c in zip(it.students, it.scores, own) if x is not None]
     it.discrimination, it.disc_note = pearson([a for a, _ in pairs], [b for _, b in pairs])
 
 
@@ -507,23 +555,35 @@ def filter_python(code: str) -> tuple[str, np.ndarray]:
     return filtered, np.column_stack([j, orig - j])
 
 
+def _merge_fingerprints(hashes: set, idx: dict, h: set, hi: dict, base: int) -> None:
+    hashes |= h
+    for key, pos in hi.items():
+        idx.setdefault(key, []).extend(int(i) + base for i in pos)
+
+
 def code_fingerprint(parts: list, boilerplate=None):
-    """学生写的代码单元格 [(标签, 代码)] → copydetect 的 CodeFingerprint（winnowing 指纹，去掉模板）和每段的位置。"""
+    """学生写的代码单元格 [(标签, 代码)] → copydetect 的 CodeFingerprint（winnowing 指纹，去掉模板）和每段的位置。
+    每个单元格单独取指纹（copydetect 的 get_document_fingerprints），没有跨两个单元格的 k-gram：单元格的先后不影响结果，
+    一个单元格的结尾和下一个的开头拼起来也不会凑出“相同的片段”。"""
     from copydetect import CodeFingerprint
+    from copydetect.utils import get_document_fingerprints, get_token_coverage
     doc, spans = _join(parts)
-    filtered, offs = [], []
+    filtered, offs, hashes, idx = [], [], set(), {}
     base_f = 0
-    for (s, e, _), (_, text) in zip(spans, parts):
+    for s, e, _ in spans:
         f, o = filter_python(doc[s:e])
         o = o[:-1].copy()
         o[:, 1] += s - base_f
         o[:, 0] += base_f
+        _merge_fingerprints(hashes, idx, *get_document_fingerprints(f, CODE_K, 1, boilerplate), base_f)
         filtered.append(f)
         offs.append(o)
         base_f += len(f)
     ftext = "".join(filtered)
-    fp = CodeFingerprint("answer.py", CODE_K, 1, boilerplate=boilerplate, filter=False, fp=io.StringIO(ftext))
-    fp.raw_code = doc
+    fp = CodeFingerprint.__new__(CodeFingerprint)  # 和 CodeFingerprint(filter=False) 同样的字段，指纹按单元格算
+    fp.filename, fp.raw_code, fp.filtered_code, fp.k = "answer.py", doc, ftext, CODE_K
+    fp.hashes, fp.hash_idx = hashes, idx
+    fp.token_coverage = get_token_coverage(idx, CODE_K, len(ftext))
     offs.append(np.array([[len(ftext), len(doc) - len(ftext)]], dtype=np.int64))
     fp.offsets = np.concatenate(offs)
     return fp, spans
@@ -533,15 +593,60 @@ def _norm_text(text: str) -> str:
     return re.sub(r"\s+", " ", text).strip().lower()
 
 
+def norm_text_map(text: str) -> tuple[str, list]:
+    """和 _norm_text 一样（空白合并成一个空格、小写），再给出每个字符在原文里的位置：指纹在规范化的文字上算，
+    高亮画在学生的原文上（$A(X)$ 不会显示成 $a(x)$）。"""
+    out, pos = [], []
+    for m in re.finditer(r"\S+", text):
+        if out:
+            out.append(" ")
+            pos.append(m.start() - 1)
+        low = m.group(0).lower()
+        if len(low) == len(m.group(0)):
+            out.append(low)
+            pos.extend(range(m.start(), m.end()))
+        else:  # 少数字符小写后变长（İ）：逐字处理
+            for j, ch in enumerate(m.group(0)):
+                out.append(ch.lower())
+                pos.extend([m.start() + j] * len(ch.lower()))
+    return "".join(out), pos
+
+
+def text_fingerprint(parts: list, boilerplate=None) -> tuple[str, list, set, dict, np.ndarray]:
+    """文字题答案 [(标签, 原文)] → (原文拼起来的文档, 每段的位置, 指纹, 指纹在规范化文字里的位置, 规范化位置 → 原文位置)。
+    每个单元格单独取指纹。"""
+    from copydetect.utils import get_document_fingerprints
+    doc, spans = _join(parts)
+    hashes, idx, where = set(), {}, []
+    base = 0
+    for s, e, _ in spans:
+        norm, pos = norm_text_map(doc[s:e])
+        _merge_fingerprints(hashes, idx, *get_document_fingerprints(norm, TEXT_K, 1, boilerplate), base)
+        where.extend(p + s for p in pos)
+        where.append(e - 1)  # 段与段之间的分隔（一个位置，没有 k-gram 从这里开始跨过去）
+        base += len(norm) + 1
+    return doc, spans, hashes, idx, np.asarray(where + [len(doc)], dtype=np.int64)
+
+
+def _to_original(slices: np.ndarray, where: np.ndarray) -> np.ndarray:
+    """规范化文字里的区间 [start, end) → 原文里的区间。"""
+    if not slices.shape[1]:
+        return slices
+    starts = where[np.clip(slices[0].astype(np.int64), 0, len(where) - 1)]
+    ends = where[np.clip(slices[1].astype(np.int64) - 1, 0, len(where) - 1)] + 1
+    return np.array([starts, ends])
+
+
 @dataclass
 class Doc:
     student: str
     code: object = None     # copydetect.CodeFingerprint（学生写的代码）
     code_spans: list = field(default_factory=list)
-    text: str = ""          # 文字题答案（空白合并）
+    text: str = ""          # 文字题答案（学生的原文）
     text_hashes: set = field(default_factory=set)
     text_idx: dict = field(default_factory=dict)
     text_spans: list = field(default_factory=list)
+    text_where: object = None  # 规范化文字的位置 → 原文的位置
 
     def __post_init__(self):
         self._hashes = None
@@ -557,8 +662,9 @@ def _fingerprints(data: ClassData, nb: str) -> tuple[list, set]:
     from copydetect.utils import get_document_fingerprints
     rel = data.release[nb]
     template = set(code_fingerprint([("", repair._src(c)) for c in rel["cells"] if c.get("cell_type") == "code"])[0].hashes)
-    tmpl_text = " ".join(_norm_text(repair._src(c)) for c in rel["cells"] if c.get("cell_type") == "markdown")
-    template |= get_document_fingerprints(tmpl_text, TEXT_K, 1)[0]
+    for c in rel["cells"]:
+        if c.get("cell_type") == "markdown":
+            template |= get_document_fingerprints(_norm_text(repair._src(c)), TEXT_K, 1)[0]
     boiler = np.array(sorted(template), dtype=np.int64)
     docs = []
     for (student, n), sub in sorted(data.subs.items()):
@@ -568,16 +674,18 @@ def _fingerprints(data: ClassData, nb: str) -> tuple[list, set]:
         if sub.code:
             d.code, d.code_spans = code_fingerprint(sub.code, boiler)
         if sub.text:
-            pieces = [(lab, _norm_text(t)) for lab, t in sub.text]
-            d.text, d.text_spans = _join(pieces)
-            d.text_hashes, d.text_idx = get_document_fingerprints(d.text, TEXT_K, 1, boiler)
+            d.text, d.text_spans, d.text_hashes, d.text_idx, d.text_where = text_fingerprint(sub.text, boiler)
         docs.append(d)
     return docs, template
 
 
+COMMON_SHARE = 0.1  # 超过这个比例的学生都有的指纹不算证据……
+COMMON_MIN = 3      # ……但至少要超过这么多人
+
+
 def common_limit(n_docs: int) -> int:
     """多于这么多学生都有的指纹不算证据（大家都会这样写）。"""
-    return max(3, math.ceil(0.1 * n_docs))
+    return max(COMMON_MIN, math.ceil(COMMON_SHARE * n_docs))
 
 
 @dataclass
@@ -654,24 +762,41 @@ def _evidence(p: Pair, a: Doc, b: Doc, common: set, with_html: bool) -> None:
         if len(sa) and sa.shape[1]:
             notes.append(f"代码：{_snippet(a.code.raw_code, sa, a.code_spans)} ↔ {_snippet(b.code.raw_code, sb, b.code_spans)}")
             if with_html:
-                blocks.append(("代码", highlight_overlap(a.code.raw_code, sa, "<mark>", "</mark>", truncate=4,
-                                                         escape_html=True)[0],
-                               highlight_overlap(b.code.raw_code, sb, "<mark>", "</mark>", truncate=4,
-                                                 escape_html=True)[0]))
+                blocks.append(("代码", _by_cell(a.code.raw_code, sa, a.code_spans, 4),
+                               _by_cell(b.code.raw_code, sb, b.code_spans, 4)))
     if a.text_hashes and b.text_hashes:
         ha, hb = a.text_hashes - common, b.text_hashes - common
         ia, ib = find_fingerprint_overlap(ha, hb, a.text_idx, b.text_idx)
         if len(ia):
-            sa, sb = get_copied_slices(ia, TEXT_K), get_copied_slices(ib, TEXT_K)
+            sa = _to_original(get_copied_slices(ia, TEXT_K), a.text_where)
+            sb = _to_original(get_copied_slices(ib, TEXT_K), b.text_where)
             notes.append(f"文字题：{_snippet(a.text, sa, a.text_spans)} ↔ {_snippet(b.text, sb, b.text_spans)}")
             if with_html:
-                blocks.append(("文字题", highlight_overlap(a.text, sa, "<mark>", "</mark>", escape_html=True)[0],
-                               highlight_overlap(b.text, sb, "<mark>", "</mark>", escape_html=True)[0]))
+                blocks.append(("文字题", _by_cell(a.text, sa, a.text_spans, -1), _by_cell(b.text, sb, b.text_spans, -1)))
     p.evidence = f"共有 {p.shared} 个指纹（已去掉模板和多数人都有的）；" + "；".join(notes)
     if with_html:
         p.html = "".join(f'<div class="pair"><div class="side"><div class="who">{html.escape(p.a)} · {kind}</div>'
-                         f'<pre>{left}</pre></div><div class="side"><div class="who">{html.escape(p.b)} · {kind}</div>'
-                         f'<pre>{right}</pre></div></div>' for kind, left, right in blocks)
+                         f'{left}</div><div class="side"><div class="who">{html.escape(p.b)} · {kind}</div>'
+                         f'{right}</div></div>' for kind, left, right in blocks)
+
+
+def _by_cell(doc: str, slices: np.ndarray, spans: list, truncate: int) -> str:
+    """并排面板的一边：每个有相同片段的单元格一块，上面写单元格的名字（grade_id），相同的片段用 <mark> 标出。"""
+    from copydetect.utils import highlight_overlap
+    out, quiet = [], 0
+    for s, e, label in spans:
+        if not slices.shape[1]:
+            break
+        inside = (slices[0] < e) & (slices[1] > s)
+        if not inside.any():
+            quiet += 1
+            continue
+        sub = np.array([np.clip(slices[0][inside], s, e) - s, np.clip(slices[1][inside], s, e) - s], dtype=np.int64)
+        body = highlight_overlap(doc[s:e].rstrip("\n"), sub, "<mark>", "</mark>", truncate=truncate, escape_html=True)[0]
+        out.append(f'<div class="cell-label">单元格 <code>{html.escape(label)}</code></div><pre>{body}</pre>')
+    if quiet:
+        out.append(f'<div class="muted cell-label">另有 {quiet} 个单元格没有相同的片段。</div>')
+    return "".join(out)
 
 
 # ============================================================================ 图（英文标签，不用中文字体）
@@ -722,7 +847,7 @@ def _bar_means(per_nb: dict) -> str:
 # ============================================================================ 输出
 ITEM_FIELDS = ["notebook", "cell", "part", "max_points", "mean_points", "full_rate", "zero_rate", "discrimination",
                "top_hint", "top_hint_count", "kind", "label", "n", "difficulty", "blank_rate", "low_discrimination",
-               "discrimination_note", "graded", "pending"]
+               "discrimination_note", "graded", "pending", "auto_zero"]
 PAIR_FIELDS = ["notebook", "student_a", "student_b", "similarity", "flagged", "evidence", "shared_fingerprints"]
 
 
@@ -739,7 +864,8 @@ def item_row(it: Item) -> dict:
             "kind": it.kind, "label": it.label, "n": it.n, "difficulty": _f(it.difficulty),
             "blank_rate": _f(it.blank / n_all if n_all else None),
             "low_discrimination": str(it.low_discrimination).lower(), "discrimination_note": it.disc_note,
-            "graded": it.graded if it.kind == "manual" else "", "pending": it.pending if it.kind == "manual" else ""}
+            "graded": it.graded if it.kind == "manual" else "", "pending": it.pending if it.kind == "manual" else "",
+            "auto_zero": it.auto_zero if it.kind == "manual" else ""}
 
 
 def _write_csv(path: Path, fields: list, rows: list) -> None:
@@ -768,7 +894,7 @@ tr.part td:first-child{padding-left:22px}.warn{color:#b02a2a;font-weight:bold}.m
 .hints{margin:2px 0 0 0;padding-left:18px;font-size:13px}.pair{display:flex;gap:10px;margin:6px 0 14px}
 .side{flex:1;min-width:0}.side pre{white-space:pre-wrap;word-break:break-all;background:#f7f7f7;padding:6px;
 font-size:12px;max-height:340px;overflow:auto;margin:0}.who{font-weight:bold;font-size:13px}
-mark{background:#ffe08a}.cards{display:flex;flex-wrap:wrap;gap:10px}.card{border:1px solid #ddd;
+.cell-label{font-size:12px;margin:6px 0 2px}mark{background:#ffe08a}.cards{display:flex;flex-wrap:wrap;gap:10px}.card{border:1px solid #ddd;
 border-radius:6px;padding:8px 12px;min-width:120px}.card b{display:block;font-size:20px}
 """
 
@@ -805,8 +931,12 @@ def render_html(data: ClassData, items: list, summary: dict, pairs: dict, second
                f'<div class="card">缺交的 notebook<b>{n_nb_missing}</b></div>'
                f'<div class="card">迟交<b>{len(summary["late"])}</b></div>'
                f'<div class="card">待人工评分的单元格<b>{pend}</b></div></div>')
+    if data.left_out:
+        out.append('<p class="left-out">全班都没有交的 notebook 不在这份报告里（也不算进总分的满分）：'
+                   + "、".join(e(nb) for nb in data.left_out)
+                   + '。要列出它们，加 <code>--all-notebooks</code>。</p>')
     if vals:
-        out.append(f"<p>总分（满分 {mt:g}，已扣迟交分；待人工评分的单元格按 0 计）：平均 {np.mean(vals):.1f}，"
+        out.append(f"<p>总分（{len(data.notebooks)} 个 notebook，满分 {mt:g}，已扣迟交分；待人工评分的单元格按 0 计）：平均 {np.mean(vals):.1f}，"
                    f"中位数 {np.median(vals):.1f}，最低 {min(vals):g}，最高 {max(vals):g}。</p>")
         out.append(_hist(vals, mt, width=5.2, height=1.8, bins=np.linspace(0, mt + 1e-9, 21) if mt else None,
                          xlabel="total points"))
@@ -832,16 +962,16 @@ def render_html(data: ClassData, items: list, summary: dict, pairs: dict, second
     # ---------------------------------------------------------------- 该重讲什么
     cells = [it for it in items if it.kind == "auto" and not it.part and it.difficulty is not None]
     hardest = sorted(cells, key=lambda it: (it.difficulty, it.notebook, it.cell))[:5]
-    out.append('<section id="reteach"><h2>该重讲什么</h2><p>得分率最低的自动评分题，和全班最常得到的评分说明'
-               "（说明里写着最可能的原因）：</p><ol>")
+    out.append('<section id="reteach"><h2>该重讲什么</h2><p>得分率最低的自动评分题，和答错的学生最常得到的评分说明'
+               "（说明里写着最可能的原因；没作答的学生不算在说明的排名里，他们的比例单独列出："
+               "没作答多说明没时间或没开始，不一定是没懂）：</p><ol>")
     for it in hardest:
         n_all = len(it.scores)
-        top = (f"{100 * it.hints[0][1] / n_all:.0f}% 的学生得到这条说明：{e(it.hints[0][0])}" if it.hints and n_all
-               else "没有评分说明")
+        top = (f"答错的学生中最常见的说明：{e(it.hints[0][0])}（{it.hints[0][1]} / {it.wrong} 人）" if it.hints and it.wrong
+               else "答错的学生没有评分说明" if it.wrong else "作答了的学生都得了满分")
         blank = it.blank / n_all if n_all else None
         out.append(f"<li><b>{e(it.label)}</b>（{e(it.notebook)}）：平均得分率 {_pct(it.difficulty)}，"
-                   f"零分 {_pct(it.zero_rate)}，其中没作答 {_pct(blank)}（没作答多说明没时间或没开始，"
-                   f"不一定是没懂）。{top}</li>")
+                   f"零分 {_pct(it.zero_rate)}，没作答 {_pct(blank)}。{top}</li>")
     if not hardest:
         out.append("<li>还没有已评分的自动评分题。</li>")
     out.append("</ol>")
@@ -854,11 +984,14 @@ def render_html(data: ClassData, items: list, summary: dict, pairs: dict, second
     out.append('<section id="items"><h2>题目分析</h2><div class="note">'
                "<b>得分率</b>（难度）= 平均分 / 满分。<b>满分率 / 零分率</b>：得满分 / 0 分的学生比例。"
                "<b>未作答</b>：这道题对应的答案单元格和发布版完全相同的学生比例。"
-               "<b>区分度</b>：校正的题目–总分相关（item-rest correlation）——这一项的得分和同一学生本作业<em>其余</em>"
-               f"自动评分题总分的 Pearson 相关，只算交了这个 notebook 的学生；低于 {LOW_DISCRIMINATION:g} 标红。"
+               "<b>区分度</b>：校正的题目–总分相关（item-rest correlation）——这一项的得分和同一学生<em>其余</em>"
+               f"自动评分题总分的 Pearson 相关。其余 = 这份报告里的 notebook（{e('、'.join(data.notebooks))}）"
+               "全部自动评分题的总分减去这道题；部分（缩进的行）减去它所在的<em>整个单元格</em>（同一单元格的其他部分"
+               f"和它来自同一段代码，不算“其余”）。只算交了这个 notebook 的学生；低于 {LOW_DISCRIMINATION:g} 标红。"
                f"少于 {MIN_N_DISCRIMINATION} 人或所有人得分相同时无法计算，表里写明原因。"
                "部分（缩进的行）来自评分说明里逐条列出的 ✓ / ✗；每部分的得分只有 0 或满分两种，所以只给满分率和零分率。"
-               "说明里因人而异的数（输入、学生算出的值）写成“…”，同一种错误归成一类。</div>")
+               "说明按原因归类：开头描述输入的部分（“Q 的形状 (3, 5)：”“第 1 组：”）去掉，因人而异的数写成“…”，"
+               "每个学生每类只算一次；“还没有作答”不算在说明里（见“未作答”一列）。</div>")
     for nb in data.notebooks:
         nb_items = [it for it in items if it.notebook == nb and it.kind == "auto"]
         if not nb_items:
@@ -885,15 +1018,17 @@ def render_html(data: ClassData, items: list, summary: dict, pairs: dict, second
     manual = [it for it in items if it.kind == "manual"]
     out.append('<section id="manual"><h2>文字题（人工评分进度）</h2>')
     if manual:
-        out.append("<table><tr><th>题目</th><th>满分</th><th>交了</th><th>已评</th><th>待评</th><th>未作答（自动 0 分）</th>"
-                   "<th>已评的平均</th><th>已评的分数分布</th></tr>")
+        out.append("<table><tr><th>题目</th><th>满分</th><th>交了</th><th>助教已评</th><th>待评</th>"
+                   "<th>没作答（自动 0 分）</th><th>助教评的平均</th><th>助教评的分数分布</th></tr>")
         for it in manual:
             dist = Counter(it.known)
-            dist_s = "，".join(f"{k:g} 分 × {v}" for k, v in sorted(dist.items())) or "还没有评分"
+            dist_s = "，".join(f"{k:g} 分 × {v}" for k, v in sorted(dist.items())) or "助教还没有评分"
             out.append(f"<tr><td><b>{e(it.label)}</b><br><code>{e(it.cell)}</code>（{e(it.notebook)}）</td>"
                        f"<td class='num'>{it.max_points:g}</td><td class='num'>{len(it.scores)}</td>"
                        f"<td class='num'>{it.graded}</td><td class='num'>{it.pending}</td>"
-                       f"<td class='num'>{it.blank}</td><td class='num'>{_f(it.mean, 2) or '—'}</td><td>{dist_s}</td></tr>")
+                       f"<td class='num'>{it.auto_zero}</td><td class='num'>{_f(it.mean, 2) or '—'}</td><td>{dist_s}</td></tr>")
+        out.append("<p>" + "；".join(f"{e(it.label)}：助教已评 {it.graded}，没作答自动 0 分 {it.auto_zero}，待评 {it.pending}"
+                                     for it in manual) + "。平均和分布只算助教打的分。</p>")
         out.append("</table><p>待评的在 formgrader 里打分，然后运行 <code>python -m lib.grading feedback "
                    f"{e(data.assignment)}</code> 和这个报告。</p>")
     else:
@@ -926,14 +1061,16 @@ def render_html(data: ClassData, items: list, summary: dict, pairs: dict, second
                "<li>分数：nbgrader 的 gradebook（人工分优先于自动分，加上额外加分）；评分说明：autograded/ 里每个单元格的元数据。</li>"
                "<li>区分度：校正的题目–总分相关（item-rest correlation），见“题目分析”。</li>"
                "<li>相似度：copydetect 的分词和 winnowing 指纹（k = "
-               f"{CODE_K} 个过滤后的代码字符；文字题 k = {TEXT_K} 个字符），去掉发布版的指纹和超过 common_limit "
-               "个学生都有的指纹。检测不到：换了算法或结构的改写、用自己的话改写的文字题、和全班多数人一样的答案。</li>"
+               f"{CODE_K} 个过滤后的代码字符；文字题 k = {TEXT_K} 个字符），每个答案单元格单独取指纹；去掉发布版的指纹"
+               f"和超过 {100 * COMMON_SHARE:g}%（至少 {COMMON_MIN} 个）学生都有的指纹。文字题的指纹不分大小写、"
+               "空白合并，页面上显示学生的原文。检测不到：换了算法或结构的改写、用自己的话改写的文字题、和全班多数人一样的答案。</li>"
                "</ul></section></body></html>")
     return "".join(out)
 
 
-def run(course: Path, assignment: str, out_dir: Path | None = None, quiet: bool = False) -> dict:
-    """生成报告；返回 {"dir", "items", "pairs", "seconds"}。"""
+def run(course: Path, assignment: str, out_dir: Path | None = None, quiet: bool = False,
+        all_notebooks: bool = False) -> dict:
+    """生成报告；返回 {"dir", "items", "pairs", "seconds"}。all_notebooks：全班都没交的 notebook 也列出（空表）。"""
     from .pipeline import _ensure_venv_on_path, _skip_slow_optional_imports
     _skip_slow_optional_imports()
     _ensure_venv_on_path()
@@ -942,7 +1079,7 @@ def run(course: Path, assignment: str, out_dir: Path | None = None, quiet: bool 
     t0 = time.monotonic()
     course = Path(course)
     out_dir = Path(out_dir) if out_dir else course / "reports" / assignment
-    data = load(course, assignment)
+    data = load(course, assignment, all_notebooks)
     items, _ = item_analysis(data)
     summary = class_summary(data)
     t1 = time.monotonic()
