@@ -116,7 +116,7 @@ def test_newest_attempt_wins_across_downloads_by_lms_time(tmp_path, capsys):
     g = graded(imp)
     assert b"new" in g[(S0.username, NB)].data and set(g) == {(S0.username, NB), (S1.username, NB)}
     skipped = next(it for it in imp.items if it.skip and it.student_id == S0.username)
-    assert "评的是之前那份" in skipped.reason
+    assert "保留已经评过的新版本" in skipped.reason
     err = capsys.readouterr().err
     assert "这是第 2 次下载" in err and "--fresh" in err and "现在一共 2 份 notebook、2 名学生" in err
 
@@ -391,10 +391,10 @@ def test_grades_csv_rows_for_never_submitted_notebooks():
     assert [(r.student_id, r.notebook, r.score, r.status) for r in extra] == [(S0.sid, NB1, None, "missing")]
     extra = pipeline.missing_rows(rows, {S1.sid, S2.sid}, [NB1, NB])
     by = {(r.student_id, r.notebook): r for r in extra}
-    assert set(by) == {(S0.sid, NB1), (S1.sid, NB1), (S1.sid, NB), (S2.sid, NB1), (S2.sid, NB)}
-    assert all(r.score is None for r in extra) and "隔离区" in by[(S1.sid, NB1)].detail
+    assert set(by) == {(S0.sid, NB1), (S1.sid, NB), (S2.sid, NB1), (S2.sid, NB)}   # (S1, NB1) 只有 quarantined 那一行
+    assert all(r.score is None for r in extra) and "隔离区" in by[(S1.sid, NB)].detail
     text = pipeline.summary(rows + extra, 1.0, True)
-    assert "没交的 notebook：5 个（3 名学生）" in text and "不是 0 分" in text
+    assert "没交的 notebook：4 个（3 名学生）" in text and "不是 0 分" in text
 
 
 # ============================================================================ 完整往返（执行真实的 notebook 02）
@@ -523,3 +523,88 @@ def _cmdline(pid: str) -> str:
             Path(f"/proc/{pid}/environ").read_bytes().replace(b"\0", b" ").decode(errors="replace")
     except OSError:
         return ""
+
+
+# ============================================================================ issue 21 第二轮：又一个助教的一个学期
+def _ta_zip(path: Path, files: list[tuple[str, bytes, tuple]]) -> Path:
+    """自己收作业的打包（学号_姓名 文件夹，没有 LMS 的提交时间）：zip 里每个文件带着它的修改时间。"""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        for name, data, when in files:
+            info = zipfile.ZipInfo(name, date_time=when)
+            info.flag_bits |= 0x800
+            zf.writestr(info, data)
+    return path
+
+
+def test_an_older_download_never_rolls_back_a_resubmission(tmp_path, capsys):
+    """第 1 批、第 2 批（张伟 10-22 重交）之后又把第 1 批的 zip 评了一次：评的仍是重交的那份（zip 里的文件时间
+    说明它更新），横幅说实话，不说“换成了更新的版本”。"""
+    ws = tmp_path / ".grading" / "exercises"
+    d0 = f"{S0.sid}_{S0.name}"
+    z1 = _ta_zip(tmp_path / "第1批.zip", [(f"{d0}/{NB}.ipynb", nb_bytes("first"), (2025, 10, 20, 20, 0, 0)),
+                                        (f"{S1.sid}_{S1.name}/{NB}.ipynb", nb_bytes("s1"), (2025, 10, 20, 21, 0, 0))])
+    z2 = _ta_zip(tmp_path / "重交.zip", [(f"{d0}/{NB}.ipynb", nb_bytes("resubmitted"), (2025, 10, 22, 9, 30, 0))])
+    collect.gather(options(tmp_path, z1), NOTEBOOKS, ws)
+    second = collect.gather(options(tmp_path, z2, quiet=False), NOTEBOOKS, ws)
+    assert b"resubmitted" in graded(second)[(S0.sid, NB)].data
+    assert "1 份换成了这次下载里更新的版本" in capsys.readouterr().err
+    third = collect.gather(options(tmp_path, z1, quiet=False), NOTEBOOKS, ws)
+    err = capsys.readouterr().err
+    g = graded(third)
+    assert b"resubmitted" in g[(S0.sid, NB)].data and b"s1" in g[(S1.sid, NB)].data
+    assert "这次下载里的是旧版本，保留已经评过的新版本" in err and "换成了这次下载里更新的版本" not in err
+    old = next(it for it in third.items if it.skip and it.student_id == S0.sid)
+    assert "这次下载里的是旧版本" in old.reason and "2025-10-20" in old.reason
+    # 存下的副本里也是新的那份（feedback、export 从副本出发）
+    assert b"resubmitted" in graded(collect.load_import(ws))[(S0.sid, NB)].data
+
+
+def test_gbk_question_mark_names_keep_the_plain_id(tmp_path):
+    """中文 Windows 把 GBK 里没有的 ë 存成 “?”：`Zo? Müller(2025005)` 里的学号照样认得出。"""
+    zoe = lx.Student("2025005", "Zoë Müller", "Zoe Muller", 50105, 123505, "zmuller")
+    z = lx.raw_zip(tmp_path / "dl.zip", [(f"Zo? Müller({zoe.sid})/{NB}.ipynb", nb_bytes("z")),
+                                         (f"Zo? Müller_{zoe.sid}/{NB1}.ipynb", b"{not json"),
+                                         (f"{S0.sid}_{S0.name}/{NB}.ipynb", nb_bytes())])
+    imp = imported(z)
+    assert set(graded(imp)) == {(zoe.sid, NB), (S0.sid, NB)}
+    bad = held(imp)[0]
+    assert bad.student_id == zoe.sid and bad.notebook == NB1
+
+
+def test_one_row_per_student_and_notebook_and_rows_point_at_the_quarantine():
+    """坏了的文件（知道学生和 notebook）只有一行 quarantined，不再另加一行 missing；同一学生别的 notebook
+    若隔离的文件认不出是哪个 notebook，missing 行指向隔离区，不说“没有提交”。"""
+    rows = [pipeline.Row(S0.sid, NB, 7.0, 20.0, "ok", ""),
+            pipeline.Row(S1.sid, NB1, None, None, "quarantined", "下载的 zip 里这个文件损坏了"),
+            pipeline.Row(S2.sid, "", None, None, "quarantined", "notebook 名称不对：作业.ipynb")]
+    extra = pipeline.missing_rows(rows, {S0.sid, S1.sid, S2.sid}, [NB1, NB])
+    by = {(r.student_id, r.notebook): r for r in extra}
+    assert (S1.sid, NB1) not in by and set(by) == {(S0.sid, NB1), (S1.sid, NB), (S2.sid, NB1), (S2.sid, NB)}
+    assert "隔离区" in by[(S2.sid, NB)].detail and "隔离区" in by[(S1.sid, NB)].detail
+    assert by[(S0.sid, NB1)].detail.startswith("没有提交这个 notebook")
+
+
+def test_unknown_students_quarantine_row_names_the_notebook(tmp_path):
+    z = lx.raw_zip(tmp_path / "dl.zip", [(f"2099999_赵六/{NB1}.ipynb", nb_bytes()),
+                                         (f"{S0.sid}_{S0.name}/{NB}.ipynb", nb_bytes())])
+    imp = imported(z, roster=roster.Roster.from_ids([S0.sid, S1.sid]))
+    bad = held(imp)[0]
+    assert "名单里没有学生 2099999" in bad.reason and bad.notebook == NB1
+
+
+def test_banner_counts_only_this_downloads_quarantine_and_stale_rows_go(tmp_path, capsys):
+    """第 1 批：王芳的 notebook 名字不对（隔离）、一个 docx；第 2 批：王芳交了正确命名的文件。
+    第 2 批的横幅只数这次隔离的（0 个），王芳过时的隔离行不再列出。"""
+    ws = tmp_path / ".grading" / "exercises"
+    z1 = lx.raw_zip(tmp_path / "b1.zip", [(f"{S0.sid}_{S0.name}/{NB}.ipynb", nb_bytes()),
+                                          (f"{S1.sid}_{S1.name}/作业七.ipynb", nb_bytes("wrong name")),
+                                          (f"{S2.sid}_{S2.name}/报告.docx", b"PK docx")])
+    first = collect.gather(options(tmp_path, z1, quiet=False), NOTEBOOKS, ws)
+    assert "隔离 2 个文件" in capsys.readouterr().err and len(held(first)) == 2
+    z2 = lx.raw_zip(tmp_path / "b2.zip", [(f"{S1.sid}_{S1.name}/{NB}.ipynb", nb_bytes("right name"))])
+    second = collect.gather(options(tmp_path, z2, quiet=False), NOTEBOOKS, ws)
+    err = capsys.readouterr().err
+    assert "隔离 0 个文件" in err and "已由这次正确命名的提交取代" in err
+    assert [it.student_id for it in held(second)] == [S2.sid]            # 李娜的 docx 还在，王芳的过时行没了
+    assert any("作业七.ipynb" in n for n in graded(second)[(S1.sid, NB)].notes)

@@ -315,6 +315,8 @@ def _classify(it: Item, f: lms.Found, roster, notebooks: list[str]) -> None:
         if sid is None:
             it.student_id = f.key if STUDENT_RE.match(f.key) else None
             it.reason = f"名单里没有学生 {f.key}" + (f"（{f.name}）" if f.name else "")
+            if filename.lower().endswith(".ipynb"):  # 隔离行里也写上是哪个 notebook
+                it.notebook = resolve_notebook(filename[:-len(".ipynb")], notebooks)[0]
             return
     if sid is not None and not STUDENT_RE.match(sid):
         it.reason = f"学生编号 {sid!r} 含非法字符"
@@ -531,12 +533,23 @@ def parse_due(text: str) -> dt.datetime:
 
 
 # ----------------------------------------------------------------------------- 分批评分
+def _when(it: Item) -> float | None:
+    """一份提交的时间：LMS 记录的提交时间，没有时是文件时间（zip 里记的时间、文件夹里文件的修改时间）。"""
+    if it.time:
+        return it.time.timestamp()
+    return it.mtime or None
+
+
 def _newer(new: Item, old: Item) -> bool:
-    """同一学生同一 notebook，这次下载的和之前导入的哪份更新：两边都有 LMS 的提交时间时比时间，
-    否则这次的下载更新（它是后下载的）。"""
-    if new.time and old.time and new.time != old.time:
-        return new.time > old.time
-    return True
+    """同一学生同一 notebook，这次下载的和之前导入的哪份更新：两边都有 LMS 的提交时间时比提交时间，
+    否则比文件时间（zip 里记的时间）；都不知道或一样时，这次的下载更新（它是后下载的）。
+    一份更新的、已经评过（也许有了人工分）的提交，从不被更早的下载换回旧的版本。"""
+    if new.time and old.time:
+        return new.time >= old.time
+    a, b = _when(new), _when(old)
+    if a is None or b is None or a == b:
+        return True
+    return a > b
 
 
 def merge_batches(previous: Imported, imp: Imported, roster) -> dict:
@@ -544,7 +557,11 @@ def merge_batches(previous: Imported, imp: Imported, roster) -> dict:
     之前隔离的文件（这次没有同一个学生同一 notebook 的可评分提交）也保留。返回给助教看的计数。"""
     kept_new = {(it.student_id, it.notebook): it for it in imp.items if it.reason is None}
     new_srcs = {it.src for it in imp.items}
-    carried, replaced, kept_old = 0, 0, 0
+    new_students: dict = {}
+    for it in imp.items:
+        if it.reason is None:
+            new_students.setdefault(it.student_id, []).append(it)
+    carried, replaced, kept_old, resolved = 0, 0, 0, 0
     extra: list[Item] = []
     for it in previous.items:
         if it.skip:
@@ -566,14 +583,21 @@ def merge_batches(previous: Imported, imp: Imported, roster) -> dict:
                 new.notes.append(f"替换了之前下载（第 {it.batch} 批）里评过的 {_describe(it)}")
                 replaced += 1
             else:
-                new.reason, new.skip = f"这次下载里的 {new.src} 比之前下载（第 {it.batch} 批）里的 {it.src} 旧，评的是之前那份", True
+                new.reason, new.skip = (f"这次下载里的是旧版本（{_describe(new)}），保留已经评过的新版本："
+                                        f"之前下载（第 {it.batch} 批）里的 {_describe(it)}"), True
                 kept_new[key] = it
                 extra.append(it)
                 kept_old += 1
         elif it.src not in new_srcs and key not in kept_new:
+            if it.notebook is None and it.student_id and it.student_id in new_students:
+                # 之前隔离的（例如 notebook 名称不对），这次有了这个学生正确命名的提交：隔离行已经过时，不再列出
+                for x in new_students[it.student_id]:
+                    x.notes.append(f"之前下载（第 {it.batch} 批）里隔离的 {it.src}（{it.reason}）已由这次的提交取代")
+                resolved += 1
+                continue
             extra.append(it)
     imp.items += extra
-    return {"carried": carried, "replaced": replaced, "kept_old": kept_old}
+    return {"carried": carried, "replaced": replaced, "kept_old": kept_old, "resolved": resolved}
 
 
 def gather(opts, notebooks: list[str], ws: Path, due_in_gradebook: dt.datetime | None = None) -> Imported:
@@ -617,7 +641,7 @@ def gather(opts, notebooks: list[str], ws: Path, due_in_gradebook: dt.datetime |
         _mark_late(imp.items, due, lms.label(imp.title))
     save_import(ws, imp)
     graded = [it for it in imp.items if it.reason is None]
-    held = sum(bool(it.reason) and not it.skip for it in imp.items)
+    held = sum(bool(it.reason) and not it.skip for it in imp.items if it.batch == batch)  # 只数这次的下载
     damaged = sum(it.damaged for it in imp.items if it.batch == batch)
     say(f"识别为 {imp.title}：这次的下载 {this_graded} 份 notebook，"
         f"{len({it.student_id for it in imp.items if it.reason is None and it.batch == batch})} 名学生；"
@@ -628,8 +652,11 @@ def gather(opts, notebooks: list[str], ws: Path, due_in_gradebook: dt.datetime |
             "请从 LMS 重新下载；其余文件照常评分。")
     if merged is not None and len(imp.batches) > 1:
         say(f"分批评分：这是第 {batch} 次下载{'（和上次是同一个下载：接着评）' if rerun else ''}；之前下载里评过的 {merged['carried']} 份"
-            f"（这次的下载里没有它们）照旧保留，{merged['replaced']} 份换成了这次下载里更新的版本"
-            + (f"，{merged['kept_old']} 份之前的版本更新、保留" if merged["kept_old"] else "")
+            "（这次的下载里没有它们）照旧保留"
+            + (f"，{merged['replaced']} 份换成了这次下载里更新的版本" if merged["replaced"] else "")
+            + (f"；{merged['kept_old']} 份这次下载里的是旧版本，保留已经评过的新版本（比的是"
+               "LMS 的提交时间，没有时比 zip 里的文件时间）" if merged["kept_old"] else "")
+            + (f"；之前隔离的 {merged['resolved']} 个文件已由这次正确命名的提交取代，不再列出" if merged["resolved"] else "")
             + f"。现在一共 {len(graded)} 份 notebook、{len({it.student_id for it in graded})} 名学生。"
             "要从头开始（忘掉之前导入的下载）：加 --fresh。")
     elif getattr(opts, "fresh", False) and had_import:

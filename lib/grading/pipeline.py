@@ -620,14 +620,17 @@ def missing_rows(rows: list[Row], roster, notebooks: list[str]) -> list[Row]:
     score 留空——没交不是交了得 0 分（导出里也写“未交”）。"""
     have = {(r.student_id, r.notebook) for r in rows if r.status != "quarantined"}
     held = {(r.student_id, r.notebook) for r in rows if r.status == "quarantined"}
+    held_students = {r.student_id for r in rows if r.status == "quarantined" and r.student_id}
     handed = {r.student_id for r in rows if r.student_id and r.status != "quarantined"}
     out = []
     for sid in sorted(set(roster or ()) | handed):
         for nbname in notebooks:
-            if (sid, nbname) in have:
-                continue
-            why = ("没有可评分的提交：这个 notebook 的文件进了隔离区（见同一学生的 quarantined 行）"
-                   if (sid, nbname) in held else "没有提交" if sid not in handed else "没有提交这个 notebook（交了别的）")
+            if (sid, nbname) in have or (sid, nbname) in held:
+                continue  # 评过了，或者已经有一行 quarantined 说明这个 notebook 的文件为什么没评（一份一行）
+            if sid in held_students:
+                why = "没有可评分的提交：这个学生有文件进了隔离区（见同一学生的 quarantined 行），可能就是这个 notebook"
+            else:
+                why = "没有提交" if sid not in handed else "没有提交这个 notebook（交了别的）"
             out.append(Row(sid, nbname, None, None, "missing", why))
     return out
 
