@@ -608,3 +608,50 @@ def test_banner_counts_only_this_downloads_quarantine_and_stale_rows_go(tmp_path
     assert "隔离 0 个文件" in err and "已由这次正确命名的提交取代" in err
     assert [it.student_id for it in held(second)] == [S2.sid]            # 李娜的 docx 还在，王芳的过时行没了
     assert any("作业七.ipynb" in n for n in graded(second)[(S1.sid, NB)].notes)
+
+
+def _moodle_sheet(path: Path, comments_header: str | None) -> Path:
+    """中文界面的 Moodle 评分工作表（zh_cn 语言包，Moodle 3.11/4.5：评语列是“反馈意见”）；None：作业没开评语。"""
+    header = ["标识符", "全名", "学号", "电子邮件地址", "状态", "成绩", "最高分", "允许更改成绩",
+              "上次修改（作业）", "上次修改（评分）"] + ([comments_header] if comments_header else [])
+    rows = [header] + [[f"参与人{s.pid}", s.name, s.sid, s.email, "已提交请评分", "", "100.00", "是",
+                        "2025年10月20日 星期一 21:05", "-"] + ([""] if comments_header else []) for s in lx.STUDENTS]
+    return lx._write_csv(path, rows, bom=True)
+
+
+def _students_for_moodle(layout: str = "moodle") -> export.Students:
+    return export.Students({str(S0.pid): export.Result(str(S0.pid), {NB: 10, NB1: 0}, 10, 0, set())},
+                           collect.Imported([collect.Item(f"{NB}.ipynb", b"", student_id=str(S0.pid), notebook=NB,
+                                                          layout=layout)], layout, "Moodle"))
+
+
+def test_zh_cn_moodle_comments_column_is_fankui_yijian(tmp_path):
+    path = _moodle_sheet(tmp_path / "评分工作表.csv", "反馈意见")
+    ws = roster.read_table(path)
+    notes: list = []
+    assert export.fill_moodle(ws, _students_for_moodle(), 20, True, [NB1, NB], notes) == {str(S0.pid)}
+    assert ws.header == lx.read_rows(path)[0] and not any("评语" in n for n in notes)                # 写进“反馈意见”，不新加一列
+    row = next(r for r in ws.rows if r[0] == f"参与人{S0.pid}")
+    assert row[5] == "50.00" and f"{NB}：10 分" in row[10]
+    # 作业没开评语：工作表里没有这一列。不新加 Moodle 不会导入的列，说清楚怎么办
+    path = _moodle_sheet(tmp_path / "没有评语.csv", None)
+    ws = roster.read_table(path)
+    assert export.fill_moodle(ws, _students_for_moodle(), 20, True, [NB1, NB], notes) == {str(S0.pid)}
+    assert ws.header == lx.read_rows(path)[0] and all(len(r) <= len(ws.header) for r in ws.rows)
+    note = next(n for n in notes if "评语" in n)
+    assert "没有写评语" in note and "重新下载评分工作表" in note and "新加" not in note
+
+
+def test_feedback_zip_from_another_platform_fails_before_writing(tmp_path, monkeypatch):
+    """提交是学号文件夹收的，成绩交到 Moodle：--feedback-zip 在写任何文件之前就说不行、怎么办。"""
+    st = _students_for_moodle("folders")
+    ws = tmp_path / ".grading" / "exercises"
+    ws.mkdir(parents=True)
+    collect.save_import(ws, st.imported)
+    monkeypatch.setattr(export, "gradebook_results", lambda course, a: (20.0, [NB1, NB], st.results))
+    out = tmp_path / "exports" / "moodle.csv"
+    with pytest.raises(collect.InputError, match="什么都没有写") as e:
+        export.export(tmp_path, "exercises", "moodle", template=_moodle_sheet(tmp_path / "ws.csv", "反馈意见"),
+                      out=out, comments=True, feedback=tmp_path / "fb.zip", quiet=True)
+    assert "去掉 --feedback-zip" in str(e.value) and "学号文件夹" in str(e.value)
+    assert not out.exists() and not (tmp_path / "fb.zip").exists()

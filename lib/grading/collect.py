@@ -391,7 +391,8 @@ def _mark_late(items: list[Item], due: dt.datetime | None, label: str) -> None:
 
 
 def import_download(path: Path, notebooks: list[str], *, assignment: str = "", name_regex: str | None = None,
-                    roster=None, lms_name: str | None = None, due: dt.datetime | None = None) -> Imported:
+                    roster=None, lms_name: str | None = None, due: dt.datetime | None = None,
+                    submitted_at: dt.datetime | None = None) -> Imported:
     """读取并分类所有输入文件。每个文件都在返回的 items 里：有 student_id/notebook 且 reason 为 None 的
     可以评分；reason 不为 None 的进入隔离区（skip 的不算提交，不进成绩表）。"""
     if roster is not None and not isinstance(roster, roster_mod.Roster):
@@ -439,6 +440,11 @@ def import_download(path: Path, notebooks: list[str], *, assignment: str = "", n
             x = it if k == 0 else dataclasses.replace(it, notes=[])
             _classify(x, f, roster, notebooks)
             out.append(x)
+    if submitted_at is not None:  # --submitted-at：下载里没有 LMS 的提交时间时，这一批都按这个时间交的
+        for it in out:
+            if it.reason is None and it.time is None:
+                it.time = submitted_at
+                it.notes.append(f"提交时间按 --submitted-at 记为 {lms.show_time(submitted_at)}（下载里没有 LMS 的提交时间）")
     _pick_newest(out)
     _mark_late(out, due, lms.label(title))
     return Imported(out, layout, title, source=str(Path(path).resolve()), roster=roster, due=due)
@@ -523,13 +529,14 @@ def load_import(ws: Path) -> Imported:
                     meta["due_from_option"], meta.get("batches") or [])
 
 
-def parse_due(text: str) -> dt.datetime:
-    """--due：不带时区时按课程的时区（pyproject.toml 的 [tool.course] timezone）理解，不按评分机器的时区。"""
+def parse_due(text: str, option: str = "--due") -> dt.datetime:
+    """--due、--submitted-at：不带时区时按课程的时区（pyproject.toml 的 [tool.course] timezone）理解，
+    不按评分机器的时区。"""
     from dateutil import parser as dateparser
     try:
         return lms.local(dateparser.parse(text))
     except (ValueError, OverflowError):
-        raise InputError(f"--due 看不懂：{text!r}（写成 2024-03-01 23:59，或带时区 2024-03-01T23:59+08:00）") from None
+        raise InputError(f"{option} 看不懂：{text!r}（写成 2024-03-01 23:59，或带时区 2024-03-01T23:59+08:00）") from None
 
 
 # ----------------------------------------------------------------------------- 分批评分
@@ -625,7 +632,9 @@ def gather(opts, notebooks: list[str], ws: Path, due_in_gradebook: dt.datetime |
         roster_note = "（沿用上次的名单）"
     due = parse_due(opts.due) if opts.due else due_in_gradebook
     imp = import_download(opts.submissions, notebooks, assignment=opts.assignment, name_regex=opts.name_regex,
-                          roster=roster, lms_name=opts.lms, due=due)
+                          roster=roster, lms_name=opts.lms, due=due,
+                          submitted_at=(parse_due(opts.submitted_at, "--submitted-at")
+                                        if getattr(opts, "submitted_at", None) else None))
     imp.due_from_option = bool(opts.due)
     batches = list(previous.batches) if previous is not None else []
     rerun = bool(batches) and batches[-1].get("source") == imp.source  # 同一个下载再评一次（续跑）：不算新的一批
@@ -669,7 +678,8 @@ def gather(opts, notebooks: list[str], ws: Path, due_in_gradebook: dt.datetime |
             "成绩表当名单（Canvas 成绩册导出、Moodle 评分工作表、Blackboard 成绩中心文件，它们有学号和 LMS 编号两列），"
             "或者不给名单。")
     if imp.due is not None and this and not any(it.time for it in this) and imp.layout != "canvas":
-        say(f"注意：{lms.label(imp.title)} 的下载里没有提交时间，没法按截止时间判断迟交。")
+        say(f"注意：{lms.label(imp.title)} 的下载里没有提交时间，没法按截止时间判断迟交。这一批是截止之后才收到的话，"
+            "加 --submitted-at \"2024-03-02 08:00\"（按课程的时区理解）：这次下载里的每一份都按这个时间算迟交。")
     return imp
 
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import collect as collect_mod
+from . import lms as lms_mod
 from .lms import InputError
 from .roster import ALIAS_HEADERS, ID_HEADERS, Table, identity_values, norm_header, read_table, write_table
 
@@ -171,6 +172,9 @@ def _scale(lms_max: float | None, max_total: float, what: str, notes: list) -> f
     return 1.0
 
 
+COMMENT_HEADERS = ("Feedback comments", "反馈意见", "反馈评语", "回饋評語")
+
+
 def fill_moodle(table: Table, students: Students, max_total: float, comments: bool, notebooks: list,
                 notes: list) -> set:
     first = lambda *names: next((table.col(n) for n in names if table.col(n) is not None), None)  # noqa: E731
@@ -180,12 +184,15 @@ def fill_moodle(table: Table, students: Students, max_total: float, comments: bo
         raise InputError(f"{Path(table.source).name} 不像 Moodle 的评分工作表（要有 Identifier 和 Grade 两列；"
                          f"有的是：{'、'.join(map(str, table.header))}）")
     mi = first("Maximum Grade", "最高成绩", "最高分", "最高成績")
-    fi = first("Feedback comments", "反馈评语", "回饋評語")
+    # 评语列的表头是 assignfeedback_comments 的 pluginname：英文 Feedback comments；zh_cn 语言包是“反馈意见”
+    # （Moodle 3.11、4.5），较早的中文包是“反馈评语”；zh_tw 是“回饋評語”
+    fi = first(*COMMENT_HEADERS)
     if comments and fi is None:
-        chinese = table.col("标识符") is not None
-        table.header.append("反馈评语" if chinese else "Feedback comments")
-        fi = len(table.header) - 1
-        notes.append(f"工作表里没有 {table.header[fi]} 列：新加了一列（作业要开启“反馈评语”，Moodle 才会导入它）")
+        # Moodle 只导入它自己下载时就有的列：新加的一列会被忽略，所以不加，说清楚怎么办
+        comments = False
+        notes.append("工作表里没有评语列（Feedback comments / 反馈意见）：这次只写了成绩，没有写评语。"
+                     "Moodle 只在作业的“反馈类型”里勾选了“反馈意见”（Feedback comments）时才在评分工作表里放这一列，"
+                     "也只导入它下载时就有的列：请在作业设置里勾选它，重新下载评分工作表，再运行一次 export")
     _pad(table)
     done = set()
     for r in table.rows:
@@ -266,13 +273,25 @@ def plain_tables(lms: str, students: Students, notebooks: list, max_total: float
     return Table(header, rows, bom=True), True
 
 
-def feedback_zip(course: Path, assignment: str, lms: str, students: Students, out: Path) -> int:
-    """按 LMS 的批量反馈格式打包反馈 HTML，返回文件数。"""
+def feedback_zip_items(assignment: str, lms: str, students: Students) -> list:
+    """--feedback-zip 能打包的提交；不能打包时抛出 InputError（export 在写任何文件之前先调用它）。"""
     if lms not in ("moodle", "canvas"):
-        raise InputError(f"{lms} 没有批量上传反馈文件的功能：把 feedback/学号/{assignment}/ 里的 HTML 发给学生")
+        raise InputError(f"{lms} 没有批量上传反馈文件的功能：把 feedback/学号/{assignment}/ 里的 HTML 发给学生。"
+                         "什么都没有写；去掉 --feedback-zip 再运行就只写成绩文件")
     ours = [it for it in students.kept if (it.layout or students.imported.layout) == lms] if students.imported else []
     if not ours:
-        raise InputError(f"--feedback-zip 需要这次的提交是从 {lms} 下载的（文件名里的前缀是 {lms} 认学生的依据）")
+        where = "、".join(sorted({lms_mod.label(lms_mod.LAYOUTS[it.layout][0]) for it in students.kept
+                                 if it.layout in lms_mod.LAYOUTS})) if students.imported else ""
+        raise InputError(f"--feedback-zip 需要提交是从 {lms} 下载的（{lms} 按下载里文件名的前缀认学生）"
+                         + (f"，这些提交来自 {where}" if where else "") + "。什么都没有写。"
+                         "提交和成绩不在同一个平台时：去掉 --feedback-zip 只导出成绩，反馈 HTML（feedback/学号/"
+                         f"{assignment}/）从收提交的平台发回，或者发给学生")
+    return ours
+
+
+def feedback_zip(course: Path, assignment: str, lms: str, students: Students, out: Path) -> int:
+    """按 LMS 的批量反馈格式打包反馈 HTML，返回文件数。"""
+    ours = feedback_zip_items(assignment, lms, students)
     n = 0
     out.parent.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as zf:
@@ -301,6 +320,8 @@ def export(course: Path, assignment: str, lms: str, template: Path | None = None
     except InputError:
         imported = None
     students = Students(results, imported)
+    if feedback is not None:
+        feedback_zip_items(assignment, lms, students)  # 打不了反馈包时在写任何文件之前就说
     roster_ids = list(imported.roster.ids) if imported and imported.roster else []
     column = column or assignment
     notes: list = []

@@ -51,6 +51,7 @@ class Options:
     roster_id_column: str | None = None
     lms: str | None = None             # 强制的下载布局（None = 自动识别）
     due: str | None = None             # 截止时间（None = 用 gradebook 里的 duedate）
+    submitted_at: str | None = None    # 没有 LMS 提交时间的下载：这一批的提交时间（判断迟交用）
     reuse_import: bool = False         # feedback：用上次导入的副本，不读下载路径
     checks_module: str = "lib.grading.exercise_checks"
     probes_file: Path = HERE / "probes.py"
