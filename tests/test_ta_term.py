@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -454,7 +455,10 @@ def test_round_trip_in_batches_keeps_everyone(course, tmp_path, capsys):
     assert never["status"] == "missing" and never["score"] == ""               # 不是 0
     capsys.readouterr()
     assert main(["feedback", "exercises"]) == 0
-    assert "重用上次 grade 导入的 3 份" in capsys.readouterr().err
+    cap = capsys.readouterr()
+    assert "重用上次 grade 导入的 3 份" in cap.err
+    assert "反馈完成" in cap.out and "评分完成" not in cap.out                   # feedback 不说“评分”
+    assert re.search(r"待人工评分：\d+ 个单元格（2 份提交）", cap.out), cap.out   # 王芳、李娜的证明题
     assert len([r for r in gf.read_grades(course) if r["status"] != "missing"]) == 4
     out, fb = tmp_path / "filled.csv", tmp_path / "feedback.zip"
     assert main(["export", "exercises", "--lms", "moodle", "--template", str(ws), "-o", str(out), "--comments",
@@ -648,10 +652,86 @@ def test_feedback_zip_from_another_platform_fails_before_writing(tmp_path, monke
     ws = tmp_path / ".grading" / "exercises"
     ws.mkdir(parents=True)
     collect.save_import(ws, st.imported)
-    monkeypatch.setattr(export, "gradebook_results", lambda course, a: (20.0, [NB1, NB], st.results))
+    monkeypatch.setattr(export, "gradebook_results", lambda course, a: (20.0, [NB1, NB], st.results,
+                                                                       {NB1: 10.0, NB: 10.0}))
     out = tmp_path / "exports" / "moodle.csv"
     with pytest.raises(collect.InputError, match="什么都没有写") as e:
         export.export(tmp_path, "exercises", "moodle", template=_moodle_sheet(tmp_path / "ws.csv", "反馈意见"),
                       out=out, comments=True, feedback=tmp_path / "fb.zip", quiet=True)
     assert "去掉 --feedback-zip" in str(e.value) and "学号文件夹" in str(e.value)
     assert not out.exists() and not (tmp_path / "fb.zip").exists()
+
+
+def test_submitted_at_marks_a_late_batch_without_lms_times(tmp_path, utc_machine, capsys):
+    """学号文件夹的下载里没有提交时间：迟交的一批用 --submitted-at（按课程的时区理解，评分机器是 UTC）。"""
+    ws = tmp_path / ".grading" / "exercises"
+    z1 = lx.raw_zip(tmp_path / "按时.zip", [(f"{S0.sid}_{S0.name}/{NB}.ipynb", nb_bytes())])
+    z2 = lx.raw_zip(tmp_path / "迟交.zip", [(f"{S1.sid}_{S1.name}/{NB}.ipynb", nb_bytes())])
+    first = collect.gather(options(tmp_path, z1, due="2025-10-20 23:59", quiet=False), NOTEBOOKS, ws)
+    assert graded(first)[(S0.sid, NB)].late is None and "--submitted-at" in capsys.readouterr().err
+    second = collect.gather(options(tmp_path, z2, due="2025-10-20 23:59", submitted_at="2025-10-21 08:00"),
+                            NOTEBOOKS, ws)
+    g = graded(second)
+    assert g[(S0.sid, NB)].late is None                                      # 第一批不受影响
+    late = g[(S1.sid, NB)]
+    assert late.time == dt.datetime(2025, 10, 21, 8, 0, tzinfo=CST) and "晚了 8 小时" in late.late
+    assert any("--submitted-at" in n for n in late.notes)
+    # 写成截止之前（按课程的时区，不按 UTC 的评分机器）则按时
+    on_time = collect.gather(options(tmp_path, z2, due="2025-10-20 23:59", submitted_at="2025-10-20 23:00"),
+                             NOTEBOOKS, ws)
+    assert graded(on_time)[(S1.sid, NB)].late is None
+    with pytest.raises(collect.InputError, match="--submitted-at 看不懂"):
+        collect.gather(options(tmp_path, z2, submitted_at="昨天晚上"), NOTEBOOKS, ws)
+
+
+def test_summary_names_the_command_and_counts_pending_manual_cells():
+    rows = [pipeline.Row(S0.sid, NB, 7.0, 20.0, "ok", "1 个单元格待人工评分（formgrader）", pending=1),
+            pipeline.Row(S1.sid, NB, 5.0, 20.0, "ok", "2 个单元格待人工评分（formgrader）", pending=2),
+            pipeline.Row(S2.sid, NB, 9.0, 20.0, "ok", "")]
+    text = pipeline.summary(rows, 1.0, True, what="反馈")
+    assert text.startswith("反馈完成") and "评分完成" not in text
+    assert "待人工评分：3 个单元格（2 份提交）" in text and "feedback" in text
+    assert "待人工评分：0 个单元格" in pipeline.summary(rows[2:], 1.0, True)
+
+
+def test_notebooks_nobody_submitted_yet_do_not_count(tmp_path, monkeypatch, capsys):
+    """学期中：只发布了 01、02，03 还没有人交。03 不算谁没交，也不计入导出的满分；汇总和导出说计入了哪些。"""
+    NB3 = "03_later"
+    rows = [pipeline.Row(S0.sid, NB1, 8.0, 10.0, "ok", ""), pipeline.Row(S1.sid, NB, 6.0, 10.0, "ok", "")]
+    counted = pipeline.counted_notebooks(rows, [NB1, NB, NB3])
+    assert counted == [NB1, NB]
+    extra = pipeline.missing_rows(rows, {S0.sid, S1.sid}, counted)
+    assert {(r.student_id, r.notebook) for r in extra} == {(S0.sid, NB), (S1.sid, NB1)}
+    text = pipeline.summary(rows + extra, 1.0, True, not_counted=[NB3])
+    assert f"计入的 notebook：{NB1}、{NB}" in text and f"还没有人交的 {NB3} 不计入" in text
+    # 导出：满分只算 01、02（各 10 分），没有 03 的“未交”
+    items = [collect.Item("a", b"", student_id=S0.sid, notebook=NB1, layout="folders"),
+             collect.Item("b", b"", student_id=S1.sid, notebook=NB, layout="folders")]
+    results = {S0.sid: export.Result(S0.sid, {NB1: 8.0, NB: 0.0, NB3: 0.0}, 8.0, 0, set()),
+               S1.sid: export.Result(S1.sid, {NB1: 0.0, NB: 6.0, NB3: 0.0}, 6.0, 0, set())}
+    ws = tmp_path / ".grading" / "exercises"
+    ws.mkdir(parents=True)
+    collect.save_import(ws, collect.Imported(items, "folders", "学号文件夹"))
+    monkeypatch.setattr(export, "gradebook_results",
+                        lambda course, a: (30.0, [NB1, NB, NB3], results, {NB1: 10.0, NB: 10.0, NB3: 10.0}))
+    out = tmp_path / "all.csv"
+    info = export.export(tmp_path, "exercises", "csv", out=out)
+    table = lx.read_rows(out)
+    assert NB3 not in table[0]
+    by = {r[0]: dict(zip(table[0], r)) for r in table[1:]}
+    assert by[S0.sid]["max_total"] == "20" and by[S0.sid][NB] == "未交" and "未交 1 个" in by[S0.sid]["status"]
+    assert any(f"还没有人交的 {NB3} 不计入" in n for n in info["notes"]) and "满分 20" in capsys.readouterr().out
+
+
+def test_garbled_roster_names_warn_and_keep_the_better_name(tmp_path):
+    """教务系统导出成 GBK 的名单把“Zoë”存成“Zo?”：读名单时提醒；导出用下载里完好的姓名。"""
+    zoe = lx.Student("2025005", "Zoë Müller", "Zoe Muller", 50105, 123505, "zmuller")
+    path = tmp_path / "名单.csv"
+    path.write_bytes("学号,姓名\r\n2025005,Zoë Müller\r\n2024001,张伟\r\n".encode("gbk", errors="replace"))
+    r = roster.load(path)
+    assert r.names["2025005"] == "Zo? Müller" and "含“?”" in r.describe() and "UTF-8" in r.describe()
+    items = [collect.Item("a", b"", student_id=zoe.sid, notebook=NB, name=zoe.name, layout="folders"),
+             collect.Item("b", b"", student_id=S0.sid, notebook=NB, name="Zhang Wei", layout="folders")]
+    st = export.Students({sid: export.Result(sid, {NB: 5.0}, 5.0, 0, set()) for sid in (zoe.sid, S0.sid)},
+                         collect.Imported(items, "folders", "学号文件夹", roster=r))
+    assert st.name(zoe.sid) == "Zoë Müller" and st.name(S0.sid) == "张伟"     # 名单完好时名单优先

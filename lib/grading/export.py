@@ -23,7 +23,8 @@ from pathlib import Path
 from . import collect as collect_mod
 from . import lms as lms_mod
 from .lms import InputError
-from .roster import ALIAS_HEADERS, ID_HEADERS, Table, identity_values, norm_header, read_table, write_table
+from .roster import (ALIAS_HEADERS, ID_HEADERS, Table, better_name, garbled, identity_values, norm_header, read_table,
+                     write_table)
 
 LMS_NAMES = ["canvas", "moodle", "blackboard", "csv"]
 
@@ -46,8 +47,8 @@ def fmt(x: float) -> str:
     return f"{round(x, 2):g}"
 
 
-def gradebook_results(course: Path, assignment: str) -> tuple[float, list, dict]:
-    """(作业满分, notebook 列表, 学号 -> Result)。"""
+def gradebook_results(course: Path, assignment: str) -> tuple[float, list, dict, dict]:
+    """(作业满分, notebook 列表, 学号 -> Result, notebook -> 满分)。"""
     from nbgrader.api import Gradebook, MissingEntry
     from .gradebook_io import _patch_alembic
     db = course / "gradebook.db"
@@ -62,11 +63,12 @@ def gradebook_results(course: Path, assignment: str) -> tuple[float, list, dict]
             raise InputError(f"gradebook 里没有作业 {assignment}：请先运行 grade") from None
         notebooks = [nb.name for nb in a.notebooks]
         max_total = float(a.max_score)
+        nb_max = {nb.name: float(nb.max_score) for nb in a.notebooks}
         for sub in gb.assignment_submissions(assignment):
             out[sub.student.id] = Result(sub.student.id, {sn.name: float(sn.score) for sn in sub.notebooks},
                                          float(sub.score), float(sub.late_submission_penalty or 0),
                                          {sn.name for sn in sub.notebooks if sn.needs_manual_grade})
-    return max_total, notebooks, out
+    return max_total, notebooks, out, nb_max
 
 
 class Students:
@@ -100,6 +102,12 @@ class Students:
         """这个学生交了（评过）的 notebook；不知道时（没有导入记录）None。"""
         return {it.notebook for it in self.kept if it.student_id == sid} if self.kept else None
 
+    def counted(self, notebooks: list) -> list:
+        """计入的 notebook：至少一名学生交了的（和 grade 的汇总同一条规则，pipeline.counted_notebooks）；
+        学期中还没发布、没有人交的不计入满分，也不算“未交”。不知道时（没有导入记录）全部计入。"""
+        seen = {it.notebook for it in self.imported.items if it.notebook and not it.skip} if self.kept else set()
+        return [nb for nb in notebooks if nb in seen] or list(notebooks)
+
     def not_handed_in(self, sid: str, notebooks: list) -> list:
         """没交的 notebook：gradebook 里它们也有一个 0 分，但那不是交了得 0 分。"""
         got = self.handed_in(sid)
@@ -113,7 +121,9 @@ class Students:
 
     def name(self, sid: str) -> str:
         r = self.imported.roster if self.imported else None
-        return (r.names.get(sid) if r else "") or next((it.name for it in self.kept if it.student_id == sid), "")
+        ours = next((it.name for it in self.kept if it.student_id == sid and it.name and not garbled(it.name)),
+                    next((it.name for it in self.kept if it.student_id == sid and it.name), ""))
+        return better_name(r.names.get(sid, "") if r else "", ours)  # 名单里丢了字（“Zo? Müller”）时用下载里的
 
     def lms_key(self, sid: str) -> str:
         return next((it.lms_key for it in self.kept if it.student_id == sid and it.lms_key), sid)
@@ -314,7 +324,7 @@ def export(course: Path, assignment: str, lms: str, template: Path | None = None
         raise InputError(f"--lms 只能是 {'、'.join(LMS_NAMES)}")
     say = (lambda *a: None) if quiet else print
     course = Path(course).resolve()
-    max_total, notebooks, results = gradebook_results(course, assignment)
+    max_total, notebooks, results, nb_max = gradebook_results(course, assignment)
     try:
         imported = collect_mod.load_import(course / ".grading" / assignment)
     except InputError:
@@ -325,6 +335,12 @@ def export(course: Path, assignment: str, lms: str, template: Path | None = None
     roster_ids = list(imported.roster.ids) if imported and imported.roster else []
     column = column or assignment
     notes: list = []
+    counted = students.counted(notebooks)
+    if counted != notebooks:
+        max_total = sum(nb_max.get(nb, 0.0) for nb in counted)
+        notes.append(f"计入的 notebook：{'、'.join(counted)}（至少一名学生交了的），满分 {fmt(max_total)}；还没有人交的 "
+                     f"{'、'.join(nb for nb in notebooks if nb not in counted)} 不计入，不算谁没交")
+        notebooks = counted
     if template is not None:
         table = read_table(template)
         if lms == "canvas":
