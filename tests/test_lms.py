@@ -447,7 +447,8 @@ def test_round_trip_canvas(course, tmp_path, capsys):
     rows = lx.read_rows(out)
     assert rows[0] == lx.read_rows(tpl)[0] and rows[1][0] == "    Points Possible"
     by = {r[1]: r for r in rows[2:]}
-    assert by[str(S0.canvas_id)][6] == export.fmt(full + 4) and by[str(S1.canvas_id)][6] == "0"
+    counted_max = export.gradebook_results(course, "exercises")[3][NB]  # 只有 NB 有人交：满分只算它，按 Points Possible 换算
+    assert by[str(S0.canvas_id)][6] == export.fmt((full + 4) * 100 / counted_max) and by[str(S1.canvas_id)][6] == "0"
     assert by[str(S2.canvas_id)][6] == ""
     said = capsys.readouterr().out
     assert "LMS 文件里有 2 名学生没有成绩" in said                             # 李娜没交，还有测试学生
