@@ -447,7 +447,8 @@ def test_round_trip_canvas(course, tmp_path, capsys):
     rows = lx.read_rows(out)
     assert rows[0] == lx.read_rows(tpl)[0] and rows[1][0] == "    Points Possible"
     by = {r[1]: r for r in rows[2:]}
-    assert by[str(S0.canvas_id)][6] == export.fmt(full + 4) and by[str(S1.canvas_id)][6] == "0"
+    counted_max = export.gradebook_results(course, "exercises")[3][NB]  # 只有 NB 有人交：满分只算它，按 Points Possible 换算
+    assert by[str(S0.canvas_id)][6] == export.fmt((full + 4) * 100 / counted_max) and by[str(S1.canvas_id)][6] == "0"
     assert by[str(S2.canvas_id)][6] == ""
     said = capsys.readouterr().out
     assert "LMS 文件里有 2 名学生没有成绩" in said                             # 李娜没交，还有测试学生
@@ -485,7 +486,7 @@ def test_round_trip_moodle_resubmission_moves_manual_grades(course, tmp_path, ca
                  "--feedback-zip", str(fb)]) == 0
     rows = {r[0]: r for r in lx.read_rows(out)[1:]}
     full = sum(gf.test_points(gf.load(course / "release" / "exercises" / f"{NB}.ipynb")).values())
-    max_total = export.gradebook_results(course, "exercises")[0]
+    max_total = export.gradebook_results(course, "exercises")[3][NB]  # 只有 NB 有人交：满分只算它
     assert rows[f"Participant {S0.pid}"][5] == f"{(full + 2) * 100 / max_total:.2f}"
     assert rows[f"Participant {S1.pid}"][5] == f"{(full + 4) * 100 / max_total:.2f}"
     assert rows[f"Participant {S2.pid}"][5] == "" and NB in rows[f"Participant {S0.pid}"][10]
@@ -524,7 +525,7 @@ def test_round_trip_blackboard_due_and_nbgrader_late_penalty(course, tmp_path):
     assert main(["export", "exercises", "--lms", "blackboard", "--template", str(gc), "--column", "Exercises",
                  "-o", str(tmp_path / "upload.xls")]) == 0
     up = {r[2]: r[6] for r in lx.read_rows(tmp_path / "upload.xls")[1:]}
-    max_total = export.gradebook_results(course, "exercises")[0]
+    max_total = export.gradebook_results(course, "exercises")[3][NB]  # 只有 NB 有人交：满分只算它
     assert up == {S0.username: export.fmt(float(r0["score"]) * 60 / max_total), S1.username: "0", S2.username: ""}
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -116,7 +117,7 @@ def test_newest_attempt_wins_across_downloads_by_lms_time(tmp_path, capsys):
     g = graded(imp)
     assert b"new" in g[(S0.username, NB)].data and set(g) == {(S0.username, NB), (S1.username, NB)}
     skipped = next(it for it in imp.items if it.skip and it.student_id == S0.username)
-    assert "评的是之前那份" in skipped.reason
+    assert "保留已经评过的新版本" in skipped.reason
     err = capsys.readouterr().err
     assert "这是第 2 次下载" in err and "--fresh" in err and "现在一共 2 份 notebook、2 名学生" in err
 
@@ -391,10 +392,10 @@ def test_grades_csv_rows_for_never_submitted_notebooks():
     assert [(r.student_id, r.notebook, r.score, r.status) for r in extra] == [(S0.sid, NB1, None, "missing")]
     extra = pipeline.missing_rows(rows, {S1.sid, S2.sid}, [NB1, NB])
     by = {(r.student_id, r.notebook): r for r in extra}
-    assert set(by) == {(S0.sid, NB1), (S1.sid, NB1), (S1.sid, NB), (S2.sid, NB1), (S2.sid, NB)}
-    assert all(r.score is None for r in extra) and "隔离区" in by[(S1.sid, NB1)].detail
+    assert set(by) == {(S0.sid, NB1), (S1.sid, NB), (S2.sid, NB1), (S2.sid, NB)}   # (S1, NB1) 只有 quarantined 那一行
+    assert all(r.score is None for r in extra) and "隔离区" in by[(S1.sid, NB)].detail
     text = pipeline.summary(rows + extra, 1.0, True)
-    assert "没交的 notebook：5 个（3 名学生）" in text and "不是 0 分" in text
+    assert "没交的 notebook：4 个（3 名学生）" in text and "不是 0 分" in text
 
 
 # ============================================================================ 完整往返（执行真实的 notebook 02）
@@ -454,7 +455,10 @@ def test_round_trip_in_batches_keeps_everyone(course, tmp_path, capsys):
     assert never["status"] == "missing" and never["score"] == ""               # 不是 0
     capsys.readouterr()
     assert main(["feedback", "exercises"]) == 0
-    assert "重用上次 grade 导入的 3 份" in capsys.readouterr().err
+    cap = capsys.readouterr()
+    assert "重用上次 grade 导入的 3 份" in cap.err
+    assert "反馈完成" in cap.out and "评分完成" not in cap.out                   # feedback 不说“评分”
+    assert re.search(r"待人工评分：\d+ 个单元格（2 份提交）", cap.out), cap.out   # 王芳、李娜的证明题
     assert len([r for r in gf.read_grades(course) if r["status"] != "missing"]) == 4
     out, fb = tmp_path / "filled.csv", tmp_path / "feedback.zip"
     assert main(["export", "exercises", "--lms", "moodle", "--template", str(ws), "-o", str(out), "--comments",
@@ -523,3 +527,211 @@ def _cmdline(pid: str) -> str:
             Path(f"/proc/{pid}/environ").read_bytes().replace(b"\0", b" ").decode(errors="replace")
     except OSError:
         return ""
+
+
+# ============================================================================ issue 21 第二轮：又一个助教的一个学期
+def _ta_zip(path: Path, files: list[tuple[str, bytes, tuple]]) -> Path:
+    """自己收作业的打包（学号_姓名 文件夹，没有 LMS 的提交时间）：zip 里每个文件带着它的修改时间。"""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        for name, data, when in files:
+            info = zipfile.ZipInfo(name, date_time=when)
+            info.flag_bits |= 0x800
+            zf.writestr(info, data)
+    return path
+
+
+def test_an_older_download_never_rolls_back_a_resubmission(tmp_path, capsys):
+    """第 1 批、第 2 批（张伟 10-22 重交）之后又把第 1 批的 zip 评了一次：评的仍是重交的那份（zip 里的文件时间
+    说明它更新），横幅说实话，不说“换成了更新的版本”。"""
+    ws = tmp_path / ".grading" / "exercises"
+    d0 = f"{S0.sid}_{S0.name}"
+    z1 = _ta_zip(tmp_path / "第1批.zip", [(f"{d0}/{NB}.ipynb", nb_bytes("first"), (2025, 10, 20, 20, 0, 0)),
+                                        (f"{S1.sid}_{S1.name}/{NB}.ipynb", nb_bytes("s1"), (2025, 10, 20, 21, 0, 0))])
+    z2 = _ta_zip(tmp_path / "重交.zip", [(f"{d0}/{NB}.ipynb", nb_bytes("resubmitted"), (2025, 10, 22, 9, 30, 0))])
+    collect.gather(options(tmp_path, z1), NOTEBOOKS, ws)
+    second = collect.gather(options(tmp_path, z2, quiet=False), NOTEBOOKS, ws)
+    assert b"resubmitted" in graded(second)[(S0.sid, NB)].data
+    assert "1 份换成了这次下载里更新的版本" in capsys.readouterr().err
+    third = collect.gather(options(tmp_path, z1, quiet=False), NOTEBOOKS, ws)
+    err = capsys.readouterr().err
+    g = graded(third)
+    assert b"resubmitted" in g[(S0.sid, NB)].data and b"s1" in g[(S1.sid, NB)].data
+    assert "这次下载里的是旧版本，保留已经评过的新版本" in err and "换成了这次下载里更新的版本" not in err
+    old = next(it for it in third.items if it.skip and it.student_id == S0.sid)
+    assert "这次下载里的是旧版本" in old.reason and "2025-10-20" in old.reason
+    # 存下的副本里也是新的那份（feedback、export 从副本出发）
+    assert b"resubmitted" in graded(collect.load_import(ws))[(S0.sid, NB)].data
+
+
+def test_gbk_question_mark_names_keep_the_plain_id(tmp_path):
+    """中文 Windows 把 GBK 里没有的 ë 存成 “?”：`Zo? Müller(2025005)` 里的学号照样认得出。"""
+    zoe = lx.Student("2025005", "Zoë Müller", "Zoe Muller", 50105, 123505, "zmuller")
+    z = lx.raw_zip(tmp_path / "dl.zip", [(f"Zo? Müller({zoe.sid})/{NB}.ipynb", nb_bytes("z")),
+                                         (f"Zo? Müller_{zoe.sid}/{NB1}.ipynb", b"{not json"),
+                                         (f"{S0.sid}_{S0.name}/{NB}.ipynb", nb_bytes())])
+    imp = imported(z)
+    assert set(graded(imp)) == {(zoe.sid, NB), (S0.sid, NB)}
+    bad = held(imp)[0]
+    assert bad.student_id == zoe.sid and bad.notebook == NB1
+
+
+def test_one_row_per_student_and_notebook_and_rows_point_at_the_quarantine():
+    """坏了的文件（知道学生和 notebook）只有一行 quarantined，不再另加一行 missing；同一学生别的 notebook
+    若隔离的文件认不出是哪个 notebook，missing 行指向隔离区，不说“没有提交”。"""
+    rows = [pipeline.Row(S0.sid, NB, 7.0, 20.0, "ok", ""),
+            pipeline.Row(S1.sid, NB1, None, None, "quarantined", "下载的 zip 里这个文件损坏了"),
+            pipeline.Row(S2.sid, "", None, None, "quarantined", "notebook 名称不对：作业.ipynb")]
+    extra = pipeline.missing_rows(rows, {S0.sid, S1.sid, S2.sid}, [NB1, NB])
+    by = {(r.student_id, r.notebook): r for r in extra}
+    assert (S1.sid, NB1) not in by and set(by) == {(S0.sid, NB1), (S1.sid, NB), (S2.sid, NB1), (S2.sid, NB)}
+    assert "隔离区" in by[(S2.sid, NB)].detail and "隔离区" in by[(S1.sid, NB)].detail
+    assert by[(S0.sid, NB1)].detail.startswith("没有提交这个 notebook")
+
+
+def test_unknown_students_quarantine_row_names_the_notebook(tmp_path):
+    z = lx.raw_zip(tmp_path / "dl.zip", [(f"2099999_赵六/{NB1}.ipynb", nb_bytes()),
+                                         (f"{S0.sid}_{S0.name}/{NB}.ipynb", nb_bytes())])
+    imp = imported(z, roster=roster.Roster.from_ids([S0.sid, S1.sid]))
+    bad = held(imp)[0]
+    assert "名单里没有学生 2099999" in bad.reason and bad.notebook == NB1
+
+
+def test_banner_counts_only_this_downloads_quarantine_and_stale_rows_go(tmp_path, capsys):
+    """第 1 批：王芳的 notebook 名字不对（隔离）、一个 docx；第 2 批：王芳交了正确命名的文件。
+    第 2 批的横幅只数这次隔离的（0 个），王芳过时的隔离行不再列出。"""
+    ws = tmp_path / ".grading" / "exercises"
+    z1 = lx.raw_zip(tmp_path / "b1.zip", [(f"{S0.sid}_{S0.name}/{NB}.ipynb", nb_bytes()),
+                                          (f"{S1.sid}_{S1.name}/作业七.ipynb", nb_bytes("wrong name")),
+                                          (f"{S2.sid}_{S2.name}/报告.docx", b"PK docx")])
+    first = collect.gather(options(tmp_path, z1, quiet=False), NOTEBOOKS, ws)
+    assert "隔离 2 个文件" in capsys.readouterr().err and len(held(first)) == 2
+    z2 = lx.raw_zip(tmp_path / "b2.zip", [(f"{S1.sid}_{S1.name}/{NB}.ipynb", nb_bytes("right name"))])
+    second = collect.gather(options(tmp_path, z2, quiet=False), NOTEBOOKS, ws)
+    err = capsys.readouterr().err
+    assert "隔离 0 个文件" in err and "已由这次正确命名的提交取代" in err
+    assert [it.student_id for it in held(second)] == [S2.sid]            # 李娜的 docx 还在，王芳的过时行没了
+    assert any("作业七.ipynb" in n for n in graded(second)[(S1.sid, NB)].notes)
+
+
+def _moodle_sheet(path: Path, comments_header: str | None) -> Path:
+    """中文界面的 Moodle 评分工作表（zh_cn 语言包，Moodle 3.11/4.5：评语列是“反馈意见”）；None：作业没开评语。"""
+    header = ["标识符", "全名", "学号", "电子邮件地址", "状态", "成绩", "最高分", "允许更改成绩",
+              "上次修改（作业）", "上次修改（评分）"] + ([comments_header] if comments_header else [])
+    rows = [header] + [[f"参与人{s.pid}", s.name, s.sid, s.email, "已提交请评分", "", "100.00", "是",
+                        "2025年10月20日 星期一 21:05", "-"] + ([""] if comments_header else []) for s in lx.STUDENTS]
+    return lx._write_csv(path, rows, bom=True)
+
+
+def _students_for_moodle(layout: str = "moodle") -> export.Students:
+    return export.Students({str(S0.pid): export.Result(str(S0.pid), {NB: 10, NB1: 0}, 10, 0, set())},
+                           collect.Imported([collect.Item(f"{NB}.ipynb", b"", student_id=str(S0.pid), notebook=NB,
+                                                          layout=layout)], layout, "Moodle"))
+
+
+def test_zh_cn_moodle_comments_column_is_fankui_yijian(tmp_path):
+    path = _moodle_sheet(tmp_path / "评分工作表.csv", "反馈意见")
+    ws = roster.read_table(path)
+    notes: list = []
+    assert export.fill_moodle(ws, _students_for_moodle(), 20, True, [NB1, NB], notes) == {str(S0.pid)}
+    assert ws.header == lx.read_rows(path)[0] and not any("评语" in n for n in notes)                # 写进“反馈意见”，不新加一列
+    row = next(r for r in ws.rows if r[0] == f"参与人{S0.pid}")
+    assert row[5] == "50.00" and f"{NB}：10 分" in row[10]
+    # 作业没开评语：工作表里没有这一列。不新加 Moodle 不会导入的列，说清楚怎么办
+    path = _moodle_sheet(tmp_path / "没有评语.csv", None)
+    ws = roster.read_table(path)
+    assert export.fill_moodle(ws, _students_for_moodle(), 20, True, [NB1, NB], notes) == {str(S0.pid)}
+    assert ws.header == lx.read_rows(path)[0] and all(len(r) <= len(ws.header) for r in ws.rows)
+    note = next(n for n in notes if "评语" in n)
+    assert "没有写评语" in note and "重新下载评分工作表" in note and "新加" not in note
+
+
+def test_feedback_zip_from_another_platform_fails_before_writing(tmp_path, monkeypatch):
+    """提交是学号文件夹收的，成绩交到 Moodle：--feedback-zip 在写任何文件之前就说不行、怎么办。"""
+    st = _students_for_moodle("folders")
+    ws = tmp_path / ".grading" / "exercises"
+    ws.mkdir(parents=True)
+    collect.save_import(ws, st.imported)
+    monkeypatch.setattr(export, "gradebook_results", lambda course, a: (20.0, [NB1, NB], st.results,
+                                                                       {NB1: 10.0, NB: 10.0}))
+    out = tmp_path / "exports" / "moodle.csv"
+    with pytest.raises(collect.InputError, match="什么都没有写") as e:
+        export.export(tmp_path, "exercises", "moodle", template=_moodle_sheet(tmp_path / "ws.csv", "反馈意见"),
+                      out=out, comments=True, feedback=tmp_path / "fb.zip", quiet=True)
+    assert "去掉 --feedback-zip" in str(e.value) and "学号文件夹" in str(e.value)
+    assert not out.exists() and not (tmp_path / "fb.zip").exists()
+
+
+def test_submitted_at_marks_a_late_batch_without_lms_times(tmp_path, utc_machine, capsys):
+    """学号文件夹的下载里没有提交时间：迟交的一批用 --submitted-at（按课程的时区理解，评分机器是 UTC）。"""
+    ws = tmp_path / ".grading" / "exercises"
+    z1 = lx.raw_zip(tmp_path / "按时.zip", [(f"{S0.sid}_{S0.name}/{NB}.ipynb", nb_bytes())])
+    z2 = lx.raw_zip(tmp_path / "迟交.zip", [(f"{S1.sid}_{S1.name}/{NB}.ipynb", nb_bytes())])
+    first = collect.gather(options(tmp_path, z1, due="2025-10-20 23:59", quiet=False), NOTEBOOKS, ws)
+    assert graded(first)[(S0.sid, NB)].late is None and "--submitted-at" in capsys.readouterr().err
+    second = collect.gather(options(tmp_path, z2, due="2025-10-20 23:59", submitted_at="2025-10-21 08:00"),
+                            NOTEBOOKS, ws)
+    g = graded(second)
+    assert g[(S0.sid, NB)].late is None                                      # 第一批不受影响
+    late = g[(S1.sid, NB)]
+    assert late.time == dt.datetime(2025, 10, 21, 8, 0, tzinfo=CST) and "晚了 8 小时" in late.late
+    assert any("--submitted-at" in n for n in late.notes)
+    # 写成截止之前（按课程的时区，不按 UTC 的评分机器）则按时
+    on_time = collect.gather(options(tmp_path, z2, due="2025-10-20 23:59", submitted_at="2025-10-20 23:00"),
+                             NOTEBOOKS, ws)
+    assert graded(on_time)[(S1.sid, NB)].late is None
+    with pytest.raises(collect.InputError, match="--submitted-at 看不懂"):
+        collect.gather(options(tmp_path, z2, submitted_at="昨天晚上"), NOTEBOOKS, ws)
+
+
+def test_summary_names_the_command_and_counts_pending_manual_cells():
+    rows = [pipeline.Row(S0.sid, NB, 7.0, 20.0, "ok", "1 个单元格待人工评分（formgrader）", pending=1),
+            pipeline.Row(S1.sid, NB, 5.0, 20.0, "ok", "2 个单元格待人工评分（formgrader）", pending=2),
+            pipeline.Row(S2.sid, NB, 9.0, 20.0, "ok", "")]
+    text = pipeline.summary(rows, 1.0, True, what="反馈")
+    assert text.startswith("反馈完成") and "评分完成" not in text
+    assert "待人工评分：3 个单元格（2 份提交）" in text and "feedback" in text
+    assert "待人工评分：0 个单元格" in pipeline.summary(rows[2:], 1.0, True)
+
+
+def test_notebooks_nobody_submitted_yet_do_not_count(tmp_path, monkeypatch, capsys):
+    """学期中：只发布了 01、02，03 还没有人交。03 不算谁没交，也不计入导出的满分；汇总和导出说计入了哪些。"""
+    NB3 = "03_later"
+    rows = [pipeline.Row(S0.sid, NB1, 8.0, 10.0, "ok", ""), pipeline.Row(S1.sid, NB, 6.0, 10.0, "ok", "")]
+    counted = pipeline.counted_notebooks(rows, [NB1, NB, NB3])
+    assert counted == [NB1, NB]
+    extra = pipeline.missing_rows(rows, {S0.sid, S1.sid}, counted)
+    assert {(r.student_id, r.notebook) for r in extra} == {(S0.sid, NB), (S1.sid, NB1)}
+    text = pipeline.summary(rows + extra, 1.0, True, not_counted=[NB3])
+    assert f"计入的 notebook：{NB1}、{NB}" in text and f"还没有人交的 {NB3} 不计入" in text
+    # 导出：满分只算 01、02（各 10 分），没有 03 的“未交”
+    items = [collect.Item("a", b"", student_id=S0.sid, notebook=NB1, layout="folders"),
+             collect.Item("b", b"", student_id=S1.sid, notebook=NB, layout="folders")]
+    results = {S0.sid: export.Result(S0.sid, {NB1: 8.0, NB: 0.0, NB3: 0.0}, 8.0, 0, set()),
+               S1.sid: export.Result(S1.sid, {NB1: 0.0, NB: 6.0, NB3: 0.0}, 6.0, 0, set())}
+    ws = tmp_path / ".grading" / "exercises"
+    ws.mkdir(parents=True)
+    collect.save_import(ws, collect.Imported(items, "folders", "学号文件夹"))
+    monkeypatch.setattr(export, "gradebook_results",
+                        lambda course, a: (30.0, [NB1, NB, NB3], results, {NB1: 10.0, NB: 10.0, NB3: 10.0}))
+    out = tmp_path / "all.csv"
+    info = export.export(tmp_path, "exercises", "csv", out=out)
+    table = lx.read_rows(out)
+    assert NB3 not in table[0]
+    by = {r[0]: dict(zip(table[0], r)) for r in table[1:]}
+    assert by[S0.sid]["max_total"] == "20" and by[S0.sid][NB] == "未交" and "未交 1 个" in by[S0.sid]["status"]
+    assert any(f"还没有人交的 {NB3} 不计入" in n for n in info["notes"]) and "满分 20" in capsys.readouterr().out
+
+
+def test_garbled_roster_names_warn_and_keep_the_better_name(tmp_path):
+    """教务系统导出成 GBK 的名单把“Zoë”存成“Zo?”：读名单时提醒；导出用下载里完好的姓名。"""
+    zoe = lx.Student("2025005", "Zoë Müller", "Zoe Muller", 50105, 123505, "zmuller")
+    path = tmp_path / "名单.csv"
+    path.write_bytes("学号,姓名\r\n2025005,Zoë Müller\r\n2024001,张伟\r\n".encode("gbk", errors="replace"))
+    r = roster.load(path)
+    assert r.names["2025005"] == "Zo? Müller" and "含“?”" in r.describe() and "UTF-8" in r.describe()
+    items = [collect.Item("a", b"", student_id=zoe.sid, notebook=NB, name=zoe.name, layout="folders"),
+             collect.Item("b", b"", student_id=S0.sid, notebook=NB, name="Zhang Wei", layout="folders")]
+    st = export.Students({sid: export.Result(sid, {NB: 5.0}, 5.0, 0, set()) for sid in (zoe.sid, S0.sid)},
+                         collect.Imported(items, "folders", "学号文件夹", roster=r))
+    assert st.name(zoe.sid) == "Zoë Müller" and st.name(S0.sid) == "张伟"     # 名单完好时名单优先

@@ -40,6 +40,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--roster-id-column", help="名单里哪一列是学号（默认按表头找：学号、Student ID、SIS User ID……）")
     g.add_argument("--due", help="截止时间，例如 \"2024-03-01 23:59\"：不带时区时按课程的时区（pyproject.toml 的 "
                                  "[tool.course] timezone，默认 Asia/Shanghai）理解（默认用 gradebook 里 nbgrader 的 duedate）")
+    g.add_argument("--submitted-at", help="下载里没有 LMS 的提交时间时（学号文件夹、邮件收的作业），这一批的提交时间，"
+                                          "例如 \"2024-03-02 08:00\"（按课程的时区理解）：晚于截止时间的算迟交")
     g.add_argument("--fresh", action="store_true",
                    help="从头开始：忘掉之前导入的下载（默认新的下载并进之前的结果，之前评过、这次没有的学生照旧保留）")
     g.add_argument("--jobs", type=int, default=1, help="同时评几份（默认 1）")
@@ -130,6 +132,7 @@ def run(args, ap) -> int:
         opts = pipeline.Options(assignment=args.assignment, submissions=args.submissions, jobs=args.jobs,
                                 limits=limits, name_regex=args.name_regex, roster=args.roster,
                                 roster_id_column=args.roster_id_column, lms=args.lms, due=args.due,
+                                submitted_at=args.submitted_at,
                                 use_bwrap=False if args.no_sandbox else None, feedback=not args.no_feedback,
                                 fork_server=not args.no_fork_server, quiet=args.quiet, fresh=args.fresh,
                                 checks_module=args.checks_module, probes_file=args.probes_file)

@@ -315,6 +315,8 @@ def _classify(it: Item, f: lms.Found, roster, notebooks: list[str]) -> None:
         if sid is None:
             it.student_id = f.key if STUDENT_RE.match(f.key) else None
             it.reason = f"名单里没有学生 {f.key}" + (f"（{f.name}）" if f.name else "")
+            if filename.lower().endswith(".ipynb"):  # 隔离行里也写上是哪个 notebook
+                it.notebook = resolve_notebook(filename[:-len(".ipynb")], notebooks)[0]
             return
     if sid is not None and not STUDENT_RE.match(sid):
         it.reason = f"学生编号 {sid!r} 含非法字符"
@@ -389,7 +391,8 @@ def _mark_late(items: list[Item], due: dt.datetime | None, label: str) -> None:
 
 
 def import_download(path: Path, notebooks: list[str], *, assignment: str = "", name_regex: str | None = None,
-                    roster=None, lms_name: str | None = None, due: dt.datetime | None = None) -> Imported:
+                    roster=None, lms_name: str | None = None, due: dt.datetime | None = None,
+                    submitted_at: dt.datetime | None = None) -> Imported:
     """读取并分类所有输入文件。每个文件都在返回的 items 里：有 student_id/notebook 且 reason 为 None 的
     可以评分；reason 不为 None 的进入隔离区（skip 的不算提交，不进成绩表）。"""
     if roster is not None and not isinstance(roster, roster_mod.Roster):
@@ -437,6 +440,11 @@ def import_download(path: Path, notebooks: list[str], *, assignment: str = "", n
             x = it if k == 0 else dataclasses.replace(it, notes=[])
             _classify(x, f, roster, notebooks)
             out.append(x)
+    if submitted_at is not None:  # --submitted-at：下载里没有 LMS 的提交时间时，这一批都按这个时间交的
+        for it in out:
+            if it.reason is None and it.time is None:
+                it.time = submitted_at
+                it.notes.append(f"提交时间按 --submitted-at 记为 {lms.show_time(submitted_at)}（下载里没有 LMS 的提交时间）")
     _pick_newest(out)
     _mark_late(out, due, lms.label(title))
     return Imported(out, layout, title, source=str(Path(path).resolve()), roster=roster, due=due)
@@ -521,22 +529,34 @@ def load_import(ws: Path) -> Imported:
                     meta["due_from_option"], meta.get("batches") or [])
 
 
-def parse_due(text: str) -> dt.datetime:
-    """--due：不带时区时按课程的时区（pyproject.toml 的 [tool.course] timezone）理解，不按评分机器的时区。"""
+def parse_due(text: str, option: str = "--due") -> dt.datetime:
+    """--due、--submitted-at：不带时区时按课程的时区（pyproject.toml 的 [tool.course] timezone）理解，
+    不按评分机器的时区。"""
     from dateutil import parser as dateparser
     try:
         return lms.local(dateparser.parse(text))
     except (ValueError, OverflowError):
-        raise InputError(f"--due 看不懂：{text!r}（写成 2024-03-01 23:59，或带时区 2024-03-01T23:59+08:00）") from None
+        raise InputError(f"{option} 看不懂：{text!r}（写成 2024-03-01 23:59，或带时区 2024-03-01T23:59+08:00）") from None
 
 
 # ----------------------------------------------------------------------------- 分批评分
+def _when(it: Item) -> float | None:
+    """一份提交的时间：LMS 记录的提交时间，没有时是文件时间（zip 里记的时间、文件夹里文件的修改时间）。"""
+    if it.time:
+        return it.time.timestamp()
+    return it.mtime or None
+
+
 def _newer(new: Item, old: Item) -> bool:
-    """同一学生同一 notebook，这次下载的和之前导入的哪份更新：两边都有 LMS 的提交时间时比时间，
-    否则这次的下载更新（它是后下载的）。"""
-    if new.time and old.time and new.time != old.time:
-        return new.time > old.time
-    return True
+    """同一学生同一 notebook，这次下载的和之前导入的哪份更新：两边都有 LMS 的提交时间时比提交时间，
+    否则比文件时间（zip 里记的时间）；都不知道或一样时，这次的下载更新（它是后下载的）。
+    一份更新的、已经评过（也许有了人工分）的提交，从不被更早的下载换回旧的版本。"""
+    if new.time and old.time:
+        return new.time >= old.time
+    a, b = _when(new), _when(old)
+    if a is None or b is None or a == b:
+        return True
+    return a > b
 
 
 def merge_batches(previous: Imported, imp: Imported, roster) -> dict:
@@ -544,7 +564,11 @@ def merge_batches(previous: Imported, imp: Imported, roster) -> dict:
     之前隔离的文件（这次没有同一个学生同一 notebook 的可评分提交）也保留。返回给助教看的计数。"""
     kept_new = {(it.student_id, it.notebook): it for it in imp.items if it.reason is None}
     new_srcs = {it.src for it in imp.items}
-    carried, replaced, kept_old = 0, 0, 0
+    new_students: dict = {}
+    for it in imp.items:
+        if it.reason is None:
+            new_students.setdefault(it.student_id, []).append(it)
+    carried, replaced, kept_old, resolved = 0, 0, 0, 0
     extra: list[Item] = []
     for it in previous.items:
         if it.skip:
@@ -566,14 +590,21 @@ def merge_batches(previous: Imported, imp: Imported, roster) -> dict:
                 new.notes.append(f"替换了之前下载（第 {it.batch} 批）里评过的 {_describe(it)}")
                 replaced += 1
             else:
-                new.reason, new.skip = f"这次下载里的 {new.src} 比之前下载（第 {it.batch} 批）里的 {it.src} 旧，评的是之前那份", True
+                new.reason, new.skip = (f"这次下载里的是旧版本（{_describe(new)}），保留已经评过的新版本："
+                                        f"之前下载（第 {it.batch} 批）里的 {_describe(it)}"), True
                 kept_new[key] = it
                 extra.append(it)
                 kept_old += 1
         elif it.src not in new_srcs and key not in kept_new:
+            if it.notebook is None and it.student_id and it.student_id in new_students:
+                # 之前隔离的（例如 notebook 名称不对），这次有了这个学生正确命名的提交：隔离行已经过时，不再列出
+                for x in new_students[it.student_id]:
+                    x.notes.append(f"之前下载（第 {it.batch} 批）里隔离的 {it.src}（{it.reason}）已由这次的提交取代")
+                resolved += 1
+                continue
             extra.append(it)
     imp.items += extra
-    return {"carried": carried, "replaced": replaced, "kept_old": kept_old}
+    return {"carried": carried, "replaced": replaced, "kept_old": kept_old, "resolved": resolved}
 
 
 def gather(opts, notebooks: list[str], ws: Path, due_in_gradebook: dt.datetime | None = None) -> Imported:
@@ -601,7 +632,9 @@ def gather(opts, notebooks: list[str], ws: Path, due_in_gradebook: dt.datetime |
         roster_note = "（沿用上次的名单）"
     due = parse_due(opts.due) if opts.due else due_in_gradebook
     imp = import_download(opts.submissions, notebooks, assignment=opts.assignment, name_regex=opts.name_regex,
-                          roster=roster, lms_name=opts.lms, due=due)
+                          roster=roster, lms_name=opts.lms, due=due,
+                          submitted_at=(parse_due(opts.submitted_at, "--submitted-at")
+                                        if getattr(opts, "submitted_at", None) else None))
     imp.due_from_option = bool(opts.due)
     batches = list(previous.batches) if previous is not None else []
     rerun = bool(batches) and batches[-1].get("source") == imp.source  # 同一个下载再评一次（续跑）：不算新的一批
@@ -617,7 +650,7 @@ def gather(opts, notebooks: list[str], ws: Path, due_in_gradebook: dt.datetime |
         _mark_late(imp.items, due, lms.label(imp.title))
     save_import(ws, imp)
     graded = [it for it in imp.items if it.reason is None]
-    held = sum(bool(it.reason) and not it.skip for it in imp.items)
+    held = sum(bool(it.reason) and not it.skip for it in imp.items if it.batch == batch)  # 只数这次的下载
     damaged = sum(it.damaged for it in imp.items if it.batch == batch)
     say(f"识别为 {imp.title}：这次的下载 {this_graded} 份 notebook，"
         f"{len({it.student_id for it in imp.items if it.reason is None and it.batch == batch})} 名学生；"
@@ -628,8 +661,11 @@ def gather(opts, notebooks: list[str], ws: Path, due_in_gradebook: dt.datetime |
             "请从 LMS 重新下载；其余文件照常评分。")
     if merged is not None and len(imp.batches) > 1:
         say(f"分批评分：这是第 {batch} 次下载{'（和上次是同一个下载：接着评）' if rerun else ''}；之前下载里评过的 {merged['carried']} 份"
-            f"（这次的下载里没有它们）照旧保留，{merged['replaced']} 份换成了这次下载里更新的版本"
-            + (f"，{merged['kept_old']} 份之前的版本更新、保留" if merged["kept_old"] else "")
+            "（这次的下载里没有它们）照旧保留"
+            + (f"，{merged['replaced']} 份换成了这次下载里更新的版本" if merged["replaced"] else "")
+            + (f"；{merged['kept_old']} 份这次下载里的是旧版本，保留已经评过的新版本（比的是"
+               "LMS 的提交时间，没有时比 zip 里的文件时间）" if merged["kept_old"] else "")
+            + (f"；之前隔离的 {merged['resolved']} 个文件已由这次正确命名的提交取代，不再列出" if merged["resolved"] else "")
             + f"。现在一共 {len(graded)} 份 notebook、{len({it.student_id for it in graded})} 名学生。"
             "要从头开始（忘掉之前导入的下载）：加 --fresh。")
     elif getattr(opts, "fresh", False) and had_import:
@@ -642,7 +678,8 @@ def gather(opts, notebooks: list[str], ws: Path, due_in_gradebook: dt.datetime |
             "成绩表当名单（Canvas 成绩册导出、Moodle 评分工作表、Blackboard 成绩中心文件，它们有学号和 LMS 编号两列），"
             "或者不给名单。")
     if imp.due is not None and this and not any(it.time for it in this) and imp.layout != "canvas":
-        say(f"注意：{lms.label(imp.title)} 的下载里没有提交时间，没法按截止时间判断迟交。")
+        say(f"注意：{lms.label(imp.title)} 的下载里没有提交时间，没法按截止时间判断迟交。这一批是截止之后才收到的话，"
+            "加 --submitted-at \"2024-03-02 08:00\"（按课程的时区理解）：这次下载里的每一份都按这个时间算迟交。")
     return imp
 
 

@@ -21,8 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import collect as collect_mod
+from . import lms as lms_mod
 from .lms import InputError
-from .roster import ALIAS_HEADERS, ID_HEADERS, Table, identity_values, norm_header, read_table, write_table
+from .roster import (ALIAS_HEADERS, ID_HEADERS, Table, better_name, garbled, identity_values, norm_header, read_table,
+                     write_table)
 
 LMS_NAMES = ["canvas", "moodle", "blackboard", "csv"]
 
@@ -45,8 +47,8 @@ def fmt(x: float) -> str:
     return f"{round(x, 2):g}"
 
 
-def gradebook_results(course: Path, assignment: str) -> tuple[float, list, dict]:
-    """(作业满分, notebook 列表, 学号 -> Result)。"""
+def gradebook_results(course: Path, assignment: str) -> tuple[float, list, dict, dict]:
+    """(作业满分, notebook 列表, 学号 -> Result, notebook -> 满分)。"""
     from nbgrader.api import Gradebook, MissingEntry
     from .gradebook_io import _patch_alembic
     db = course / "gradebook.db"
@@ -61,11 +63,12 @@ def gradebook_results(course: Path, assignment: str) -> tuple[float, list, dict]
             raise InputError(f"gradebook 里没有作业 {assignment}：请先运行 grade") from None
         notebooks = [nb.name for nb in a.notebooks]
         max_total = float(a.max_score)
+        nb_max = {nb.name: float(nb.max_score) for nb in a.notebooks}
         for sub in gb.assignment_submissions(assignment):
             out[sub.student.id] = Result(sub.student.id, {sn.name: float(sn.score) for sn in sub.notebooks},
                                          float(sub.score), float(sub.late_submission_penalty or 0),
                                          {sn.name for sn in sub.notebooks if sn.needs_manual_grade})
-    return max_total, notebooks, out
+    return max_total, notebooks, out, nb_max
 
 
 class Students:
@@ -99,6 +102,12 @@ class Students:
         """这个学生交了（评过）的 notebook；不知道时（没有导入记录）None。"""
         return {it.notebook for it in self.kept if it.student_id == sid} if self.kept else None
 
+    def counted(self, notebooks: list) -> list:
+        """计入的 notebook：至少一名学生交了的（和 grade 的汇总同一条规则，pipeline.counted_notebooks）；
+        学期中还没发布、没有人交的不计入满分，也不算“未交”。不知道时（没有导入记录）全部计入。"""
+        seen = {it.notebook for it in self.imported.items if it.notebook and not it.skip} if self.kept else set()
+        return [nb for nb in notebooks if nb in seen] or list(notebooks)
+
     def not_handed_in(self, sid: str, notebooks: list) -> list:
         """没交的 notebook：gradebook 里它们也有一个 0 分，但那不是交了得 0 分。"""
         got = self.handed_in(sid)
@@ -112,7 +121,9 @@ class Students:
 
     def name(self, sid: str) -> str:
         r = self.imported.roster if self.imported else None
-        return (r.names.get(sid) if r else "") or next((it.name for it in self.kept if it.student_id == sid), "")
+        ours = next((it.name for it in self.kept if it.student_id == sid and it.name and not garbled(it.name)),
+                    next((it.name for it in self.kept if it.student_id == sid and it.name), ""))
+        return better_name(r.names.get(sid, "") if r else "", ours)  # 名单里丢了字（“Zo? Müller”）时用下载里的
 
     def lms_key(self, sid: str) -> str:
         return next((it.lms_key for it in self.kept if it.student_id == sid and it.lms_key), sid)
@@ -171,6 +182,9 @@ def _scale(lms_max: float | None, max_total: float, what: str, notes: list) -> f
     return 1.0
 
 
+COMMENT_HEADERS = ("Feedback comments", "反馈意见", "反馈评语", "回饋評語")
+
+
 def fill_moodle(table: Table, students: Students, max_total: float, comments: bool, notebooks: list,
                 notes: list) -> set:
     first = lambda *names: next((table.col(n) for n in names if table.col(n) is not None), None)  # noqa: E731
@@ -180,12 +194,15 @@ def fill_moodle(table: Table, students: Students, max_total: float, comments: bo
         raise InputError(f"{Path(table.source).name} 不像 Moodle 的评分工作表（要有 Identifier 和 Grade 两列；"
                          f"有的是：{'、'.join(map(str, table.header))}）")
     mi = first("Maximum Grade", "最高成绩", "最高分", "最高成績")
-    fi = first("Feedback comments", "反馈评语", "回饋評語")
+    # 评语列的表头是 assignfeedback_comments 的 pluginname：英文 Feedback comments；zh_cn 语言包是“反馈意见”
+    # （Moodle 3.11、4.5），较早的中文包是“反馈评语”；zh_tw 是“回饋評語”
+    fi = first(*COMMENT_HEADERS)
     if comments and fi is None:
-        chinese = table.col("标识符") is not None
-        table.header.append("反馈评语" if chinese else "Feedback comments")
-        fi = len(table.header) - 1
-        notes.append(f"工作表里没有 {table.header[fi]} 列：新加了一列（作业要开启“反馈评语”，Moodle 才会导入它）")
+        # Moodle 只导入它自己下载时就有的列：新加的一列会被忽略，所以不加，说清楚怎么办
+        comments = False
+        notes.append("工作表里没有评语列（Feedback comments / 反馈意见）：这次只写了成绩，没有写评语。"
+                     "Moodle 只在作业的“反馈类型”里勾选了“反馈意见”（Feedback comments）时才在评分工作表里放这一列，"
+                     "也只导入它下载时就有的列：请在作业设置里勾选它，重新下载评分工作表，再运行一次 export")
     _pad(table)
     done = set()
     for r in table.rows:
@@ -266,13 +283,25 @@ def plain_tables(lms: str, students: Students, notebooks: list, max_total: float
     return Table(header, rows, bom=True), True
 
 
-def feedback_zip(course: Path, assignment: str, lms: str, students: Students, out: Path) -> int:
-    """按 LMS 的批量反馈格式打包反馈 HTML，返回文件数。"""
+def feedback_zip_items(assignment: str, lms: str, students: Students) -> list:
+    """--feedback-zip 能打包的提交；不能打包时抛出 InputError（export 在写任何文件之前先调用它）。"""
     if lms not in ("moodle", "canvas"):
-        raise InputError(f"{lms} 没有批量上传反馈文件的功能：把 feedback/学号/{assignment}/ 里的 HTML 发给学生")
+        raise InputError(f"{lms} 没有批量上传反馈文件的功能：把 feedback/学号/{assignment}/ 里的 HTML 发给学生。"
+                         "什么都没有写；去掉 --feedback-zip 再运行就只写成绩文件")
     ours = [it for it in students.kept if (it.layout or students.imported.layout) == lms] if students.imported else []
     if not ours:
-        raise InputError(f"--feedback-zip 需要这次的提交是从 {lms} 下载的（文件名里的前缀是 {lms} 认学生的依据）")
+        where = "、".join(sorted({lms_mod.label(lms_mod.LAYOUTS[it.layout][0]) for it in students.kept
+                                 if it.layout in lms_mod.LAYOUTS})) if students.imported else ""
+        raise InputError(f"--feedback-zip 需要提交是从 {lms} 下载的（{lms} 按下载里文件名的前缀认学生）"
+                         + (f"，这些提交来自 {where}" if where else "") + "。什么都没有写。"
+                         "提交和成绩不在同一个平台时：去掉 --feedback-zip 只导出成绩，反馈 HTML（feedback/学号/"
+                         f"{assignment}/）从收提交的平台发回，或者发给学生")
+    return ours
+
+
+def feedback_zip(course: Path, assignment: str, lms: str, students: Students, out: Path) -> int:
+    """按 LMS 的批量反馈格式打包反馈 HTML，返回文件数。"""
+    ours = feedback_zip_items(assignment, lms, students)
     n = 0
     out.parent.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as zf:
@@ -295,15 +324,23 @@ def export(course: Path, assignment: str, lms: str, template: Path | None = None
         raise InputError(f"--lms 只能是 {'、'.join(LMS_NAMES)}")
     say = (lambda *a: None) if quiet else print
     course = Path(course).resolve()
-    max_total, notebooks, results = gradebook_results(course, assignment)
+    max_total, notebooks, results, nb_max = gradebook_results(course, assignment)
     try:
         imported = collect_mod.load_import(course / ".grading" / assignment)
     except InputError:
         imported = None
     students = Students(results, imported)
+    if feedback is not None:
+        feedback_zip_items(assignment, lms, students)  # 打不了反馈包时在写任何文件之前就说
     roster_ids = list(imported.roster.ids) if imported and imported.roster else []
     column = column or assignment
     notes: list = []
+    counted = students.counted(notebooks)
+    if counted != notebooks:
+        max_total = sum(nb_max.get(nb, 0.0) for nb in counted)
+        notes.append(f"计入的 notebook：{'、'.join(counted)}（至少一名学生交了的），满分 {fmt(max_total)}；还没有人交的 "
+                     f"{'、'.join(nb for nb in notebooks if nb not in counted)} 不计入，不算谁没交")
+        notebooks = counted
     if template is not None:
         table = read_table(template)
         if lms == "canvas":

@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-# 学生自己起的名字：汉字或字母、空格、点、连字符，不含数字和下划线（“学号_姓名”“姓名_学号”文件夹用）
-NAME = r"[^\W\d_](?:[^\W\d_]|[ .·'-])*"
+# 学生自己起的名字：汉字或字母、空格、点、连字符，不含数字和下划线（“学号_姓名”“姓名_学号”文件夹用）。
+# “?” 和 “\ufffd”：中文 Windows 把 GBK 里没有的字（ë、ü……）存成 “?”，解码不了的字节变成 \ufffd；学号照样认得出
+NAME = r"(?:[^\W\d_]|[?\ufffd])(?:[^\W\d_]|[ .·'?\ufffd-])*"
 ID = r"\d[A-Za-z0-9.-]*"
 ID_NAME_RES = [re.compile(rf"^(?P<id>{ID})[ _-]+(?P<name>{NAME})$"),
                re.compile(rf"^(?P<name>{NAME})[ _-]+(?P<id>{ID})$"),

@@ -51,6 +51,7 @@ class Options:
     roster_id_column: str | None = None
     lms: str | None = None             # 强制的下载布局（None = 自动识别）
     due: str | None = None             # 截止时间（None = 用 gradebook 里的 duedate）
+    submitted_at: str | None = None    # 没有 LMS 提交时间的下载：这一批的提交时间（判断迟交用）
     reuse_import: bool = False         # feedback：用上次导入的副本，不读下载路径
     checks_module: str = "lib.grading.exercise_checks"
     probes_file: Path = HERE / "probes.py"
@@ -71,6 +72,7 @@ class Row:
     status: str
     detail: str
     blank_written: int = 0  # 没作答、自动记 0 分的文字题个数（只用于汇总，不写进 grades.csv）
+    pending: int = 0        # 待人工评分的单元格个数（只用于汇总；detail 里也写了）
 
     def as_csv(self):
         fmt = lambda x: "" if x is None else (f"{x:g}")
@@ -450,7 +452,8 @@ def run(opts: Options) -> list[Row]:
     bar = None
     if opts.progress and not opts.quiet and todo and not interrupted:
         from tqdm.auto import tqdm
-        bar = tqdm(total=len(todo), desc="评分", unit="份", file=sys.stderr, dynamic_ncols=True)
+        bar = tqdm(total=len(todo), desc="反馈" if opts.reuse_import else "评分", unit="份", file=sys.stderr,
+                   dynamic_ncols=True)
     try:
         try:
             for fut in as_completed(futs):
@@ -507,7 +510,7 @@ def run(opts: Options) -> list[Row]:
                         bar.update(1)
                     continue
                 rows.append(Row(it.student_id, it.notebook, score, max_score, status, "；".join(detail),
-                                len(verdict["blank"])))
+                                len(verdict["blank"]), int(pending or 0)))
                 if bar:
                     bar.update(1)
         except KeyboardInterrupt:  # Ctrl-C：结束正在运行的沙箱，保留评完的，马上写 grades.csv
@@ -542,7 +545,8 @@ def run(opts: Options) -> list[Row]:
             if (it.student_id, it.notebook) not in done_keys:
                 rows.append(Row(it.student_id, it.notebook, None, None, "interrupted",
                                 "评分被中断（Ctrl-C），这份还没有评：再运行同一个命令会接着评"))
-    rows += missing_rows(rows, roster, notebooks)
+    counted = counted_notebooks(rows, notebooks)
+    rows += missing_rows(rows, roster, counted)
     rows.sort(key=lambda r: (r.student_id == "", r.student_id, r.notebook, r.status, r.detail))
     write_csv(course / "grades.csv", rows)
     if interrupted:
@@ -552,7 +556,8 @@ def run(opts: Options) -> list[Row]:
               "（grades.csv 里 status 为 interrupted）。", file=sys.stderr)
         raise KeyboardInterrupt
     if not opts.quiet:
-        print(summary(rows, time.monotonic() - t0, use_bwrap))
+        print(summary(rows, time.monotonic() - t0, use_bwrap, what="反馈" if opts.reuse_import else "评分",
+                      not_counted=[nb for nb in notebooks if nb not in counted]))
     return rows
 
 
@@ -615,19 +620,29 @@ def clean_stale_scratch(base: Path | None = None) -> int:
     return n
 
 
+def counted_notebooks(rows: list[Row], notebooks: list[str]) -> list[str]:
+    """计入的 notebook：至少有一名学生交了（评过或进了隔离区）的。还没有人交的（学期中还没发布的）不算谁“没交”，
+    导出时也不计入满分。一个也没有人交时全部计入。"""
+    seen = {r.notebook for r in rows if r.notebook and r.status != "missing"}
+    return [nb for nb in notebooks if nb in seen] or list(notebooks)
+
+
 def missing_rows(rows: list[Row], roster, notebooks: list[str]) -> list[Row]:
     """没交的 notebook：名单上的每个学生、以及交了别的 notebook 的学生，缺哪个 notebook 就加一行 missing，
     score 留空——没交不是交了得 0 分（导出里也写“未交”）。"""
     have = {(r.student_id, r.notebook) for r in rows if r.status != "quarantined"}
     held = {(r.student_id, r.notebook) for r in rows if r.status == "quarantined"}
+    held_students = {r.student_id for r in rows if r.status == "quarantined" and r.student_id}
     handed = {r.student_id for r in rows if r.student_id and r.status != "quarantined"}
     out = []
     for sid in sorted(set(roster or ()) | handed):
         for nbname in notebooks:
-            if (sid, nbname) in have:
-                continue
-            why = ("没有可评分的提交：这个 notebook 的文件进了隔离区（见同一学生的 quarantined 行）"
-                   if (sid, nbname) in held else "没有提交" if sid not in handed else "没有提交这个 notebook（交了别的）")
+            if (sid, nbname) in have or (sid, nbname) in held:
+                continue  # 评过了，或者已经有一行 quarantined 说明这个 notebook 的文件为什么没评（一份一行）
+            if sid in held_students:
+                why = "没有可评分的提交：这个学生有文件进了隔离区（见同一学生的 quarantined 行），可能就是这个 notebook"
+            else:
+                why = "没有提交" if sid not in handed else "没有提交这个 notebook（交了别的）"
             out.append(Row(sid, nbname, None, None, "missing", why))
     return out
 
@@ -642,15 +657,21 @@ def write_csv(path: Path, rows: list[Row]) -> None:
     tmp.replace(path)
 
 
-def summary(rows: list[Row], seconds: float, use_bwrap: bool) -> str:
+def summary(rows: list[Row], seconds: float, use_bwrap: bool, what: str = "评分", not_counted: list = ()) -> str:
+    """运行结束时的汇总。what：“评分”（grade）或“反馈”（feedback：不重新执行，只重写反馈和 grades.csv）；
+    not_counted：还没有人交、不计入的 notebook（counted_notebooks）。"""
     counts: dict = {}
     for r in rows:
         for tok in r.status.split("+"):
             counts[tok] = counts.get(tok, 0) + 1
     graded = [r for r in rows if r.score is not None and r.max_score]
-    lines = [f"评分完成：{len(rows)} 行，用时 {seconds:.1f} 秒" + ("" if use_bwrap else "（未使用 bwrap 沙箱）")]
+    lines = [f"{what}完成：{len(rows)} 行，用时 {seconds:.1f} 秒" + ("" if use_bwrap else "（未使用 bwrap 沙箱）")]
     lines.append("状态：" + "，".join(f"{k} {counts[k]}" for k in sorted(counts, key=lambda k: (
         STATUS_ORDER.index(k) if k in STATUS_ORDER else 99, k))))
+    if not_counted:
+        counted = sorted({r.notebook for r in rows if r.notebook} - set(not_counted))
+        lines.append(f"计入的 notebook：{'、'.join(counted)}（至少一名学生交了的）；还没有人交的 {'、'.join(not_counted)} "
+                     "不计入，不算谁没交，导出时也不计入满分。")
     missing = [r for r in rows if r.status == "missing"]
     if missing:
         lines.append(f"没交的 notebook：{len(missing)} 个（{len({r.student_id for r in missing})} 名学生），"
@@ -658,6 +679,12 @@ def summary(rows: list[Row], seconds: float, use_bwrap: bool) -> str:
     blank = [r.blank_written for r in rows if r.blank_written]
     if blank:
         lines.append(f"没作答的文字题：{sum(blank)} 个（{len(blank)} 份提交），已自动记 0 分，formgrader 里不用再打开。")
+    pending = [r.pending for r in rows if r.pending]
+    if pending:
+        lines.append(f"待人工评分：{sum(pending)} 个单元格（{len(pending)} 份提交），分数里还没有这些题；"
+                     "在 formgrader 里评完后运行 python -m lib.grading feedback 作业名。")
+    else:
+        lines.append("待人工评分：0 个单元格。")
     if graded:
         pct = [100 * r.score / r.max_score for r in graded]
         lines.append(f"平均得分率 {sum(pct) / len(pct):.1f}%（{len(graded)} 份已评分）")

@@ -285,5 +285,22 @@ def load(path: Path, id_column: str | None = None) -> Roster:
             for a in identity_values(heads[i], v) if v else []:
                 seen_alias.setdefault(a.lower(), set()).add(sid)
     roster.aliases = {a: next(iter(s)) for a, s in seen_alias.items() if len(s) == 1}  # 重复的别名不用
+    bad = [sid for sid, n in roster.names.items() if garbled(n)]
+    if bad:
+        warn = (f"注意：名单里 {len(bad)} 个姓名含“?”（转换成 GBK 时丢了字，例如 {roster.names[bad[0]]}，学号 {bad[0]}）："
+                "下载里有这个学生完好的姓名时用下载里的；要改正请把名单存成 UTF-8 再给 --roster")
+        roster.note = f"{roster.note}。{warn}" if roster.note else warn
     return roster
+
+
+def garbled(name: str) -> bool:
+    """中文 Windows 把 GBK 里没有的字（ë、ü……）存成“?”，解码不了的字节是 \ufffd：这样的姓名丢了字。"""
+    return "?" in (name or "") or "\ufffd" in (name or "")
+
+
+def better_name(roster_name: str, other: str) -> str:
+    """名单里的姓名和下载里的姓名：名单的优先，除非它丢了字（garbled）而另一个没有。"""
+    if roster_name and not (garbled(roster_name) and other and not garbled(other)):
+        return roster_name
+    return other or roster_name
 
