@@ -326,3 +326,32 @@ def gbk_zip(path: Path, files: list[tuple[str, bytes]]) -> Path:
         blob = blob.replace(holder, real)
     Path(path).write_bytes(blob)
     return path
+
+
+# ---- 导入测试共用的小工具（test_lms.py 和 test_ta_term.py 都用）----
+REPO = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted(p.stem for p in (REPO / "release" / "exercises").glob("*.ipynb"))
+
+
+def nb_bytes(tag: str = "") -> bytes:
+    """一个最小的合法 notebook（导入测试用；tag 让内容不同）。"""
+    import json
+    return json.dumps({"cells": [{"cell_type": "markdown", "metadata": {}, "source": tag}], "metadata": {},
+                       "nbformat": 4, "nbformat_minor": 5}).encode()
+
+
+def imported(path, **kw):
+    """按课程的 notebook 名单导入一个下载（collect.import_download）。"""
+    from lib.grading import collect
+    kw.setdefault("assignment", "exercises")
+    return collect.import_download(path, NOTEBOOKS, **kw)
+
+
+def graded(imp) -> dict:
+    """{(学号, notebook): 条目}：会被评分的那些。"""
+    return {(it.student_id, it.notebook): it for it in imp.items if it.reason is None}
+
+
+def held(imp) -> list:
+    """会进 grades.csv 的隔离行（skip 的不进）。"""
+    return [it for it in imp.items if it.reason and not it.skip]

@@ -25,30 +25,11 @@ from lib.grading import collect, export, gradebook_io, roster  # noqa: E402
 from lib.grading.__main__ import main  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
-NOTEBOOKS = sorted(p.stem for p in (REPO / "release" / "exercises").glob("*.ipynb"))
+NOTEBOOKS = lx.NOTEBOOKS
+nb_bytes, imported, graded, rows_of = lx.nb_bytes, lx.imported, lx.graded, lx.held
 NB = "02_scaling_and_equivariance"
 S0, S1, S2 = lx.STUDENTS
 CST = lx.CST
-
-
-def nb_bytes(tag: str = "") -> bytes:
-    """一个最小的合法 notebook（导入测试用；tag 让内容不同）。"""
-    return json.dumps({"cells": [{"cell_type": "markdown", "metadata": {}, "source": tag}], "metadata": {},
-                       "nbformat": 4, "nbformat_minor": 5}).encode()
-
-
-def imported(path, **kw) -> collect.Imported:
-    kw.setdefault("assignment", "exercises")
-    return collect.import_download(path, NOTEBOOKS, **kw)
-
-
-def graded(imp: collect.Imported) -> dict:
-    return {(it.student_id, it.notebook): it for it in imp.items if it.reason is None}
-
-
-def rows_of(imp: collect.Imported) -> list:
-    """会进 grades.csv 的隔离行（skip 的不进）。"""
-    return [it for it in imp.items if it.reason and not it.skip]
 
 
 # ============================================================================ 布局：各 LMS 的下载

@@ -31,29 +31,12 @@ from lib.grading import collect, export, gradebook_io, lms, pipeline, roster  # 
 from lib.grading.__main__ import main  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
-NOTEBOOKS = sorted(p.stem for p in (REPO / "release" / "exercises").glob("*.ipynb"))
+NOTEBOOKS = lx.NOTEBOOKS
+nb_bytes, imported, graded, held = lx.nb_bytes, lx.imported, lx.graded, lx.held
 NB = "02_scaling_and_equivariance"
 NB1 = "01_attention_by_hand"
 S0, S1, S2 = lx.STUDENTS
 CST = lx.CST
-
-
-def nb_bytes(tag: str = "") -> bytes:
-    return json.dumps({"cells": [{"cell_type": "markdown", "metadata": {}, "source": tag}], "metadata": {},
-                       "nbformat": 4, "nbformat_minor": 5}).encode()
-
-
-def imported(path, **kw) -> collect.Imported:
-    kw.setdefault("assignment", "exercises")
-    return collect.import_download(path, NOTEBOOKS, **kw)
-
-
-def graded(imp: collect.Imported) -> dict:
-    return {(it.student_id, it.notebook): it for it in imp.items if it.reason is None}
-
-
-def held(imp: collect.Imported) -> list:
-    return [it for it in imp.items if it.reason and not it.skip]
 
 
 def options(tmp_path, submissions, **kw) -> pipeline.Options:
