@@ -1086,3 +1086,15 @@ def test_table_covers_every_autograded_cell_with_alternatives_mistakes_and_half_
     for sid, gid, *_ in AGREE + HINTS:
         assert sid in SUBMISSIONS and (gid in ec.CHECKS), (sid, gid)
 
+
+
+@pytest.mark.slow
+def test_notebooks_a_student_never_submitted_are_not_in_the_formgrader_queue(graded):
+    """每份提交只交了一个 notebook：其余 notebook 在 gradebook 里（nbgrader 的 add_submission 建的）不标“需要人工评分”。"""
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{graded['course'] / 'gradebook.db'}") as gb:
+        for sid, (notebook, _) in SUBMISSIONS.items():
+            for sn in gb.find_submission("exercises", sid).notebooks:
+                if sn.name != notebook:
+                    assert not sn.needs_manual_grade and sn.score == 0, (sid, sn.name)
