@@ -388,3 +388,15 @@ def test_no_notebook_file_says_the_cells_were_not_checked(course, tmp_path, monk
     monkeypatch.chdir(tmp_path)
     assert check_this_notebook(REL, namespace={}) is None
     assert "评分单元格没有核对" in capsys.readouterr().out
+
+
+def test_without_lib_grading_the_selfcheck_still_runs(course, tmp_path, monkeypatch, capsys):
+    """评分的沙箱里没有 lib.grading：找改过名的副本时不能出错（只检查答案的格式）。"""
+    monkeypatch.setattr(selfcheck, "REPO_ROOT", course)
+    monkeypatch.delitem(sys.modules, "google.colab", raising=False)
+    monkeypatch.delenv("JPY_SESSION_NAME", raising=False)
+    monkeypatch.setitem(sys.modules, "lib.grading.collect", None)  # import 时 ModuleNotFoundError
+    (tmp_path / "01_demo (1).ipynb").write_text(json.dumps(_answered()), encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    assert check_this_notebook(REL, namespace={}) is None
+    assert "评分单元格没有核对" in capsys.readouterr().out
