@@ -77,9 +77,18 @@ def shown(got, want, kind: str = "computed") -> tuple[str, str]:
         tb = np.array2string(b, precision=digits, separator=", ", floatmode="maxprec")
         if ta != tb or a.shape != b.shape or np.array_equal(a, b):
             break
+    ta, tb = _no_trailing_dot(ta), _no_trailing_dot(tb)
     if scalar:
         ta, tb = ta.strip("[]").strip(), tb.strip("[]").strip()
     return ta, tb
+
+
+def _no_trailing_dot(text: str) -> str:
+    """NumPy 把整数值的浮点写成 “4.”：去掉末尾的点（“4.”→“4”，“1.e-08”→“1e-08”），对齐用的空格也去掉。"""
+    import re
+
+    text = re.sub(r"(?<=\d)\.(?=[\s,\]e]|$)", "", text)
+    return re.sub(r" +(?=[,\]])", "", text)
 
 
 class FormatError(AssertionError):

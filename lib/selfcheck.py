@@ -109,14 +109,31 @@ def session_notebook(namespace: dict | None = None) -> Path | None:
     return None
 
 
-def _local_candidates(path_in_repo: str, namespace: dict | None = None) -> list[Path]:
+def _local_candidates(path_in_repo: str, namespace: dict | None = None):
     """本地：先找这个内核服务的 notebook（session_notebook：文件名可能是“… (1).ipynb”“Copy of …”），
     再找当前目录里的同名文件（JupyterLab 的内核在 notebook 所在目录运行）。"""
     name = Path(path_in_repo).name
     cwd = Path.cwd()
     rel = _release_relpath(path_in_repo)
     session = session_notebook(namespace)
-    return ([session] if session else []) + [cwd / name, cwd / path_in_repo, cwd / "release" / rel]
+    yield from ([session] if session else []) + [cwd / name, cwd / path_in_repo, cwd / "release" / rel]
+    yield from renamed_copies(cwd, Path(name).stem)  # 只在前面都没有时才找
+
+
+def renamed_copies(folder: Path, stem: str) -> list[Path]:
+    """folder 里按评分时的文件名规则（lib.grading.collect.resolve_notebook：“… (1)”“Copy of …”“…的副本”）
+    属于练习 stem、但名字不同的 notebook，最近保存的在前。"""
+    try:  # 评分的沙箱里只有 lib/ 的一部分（没有 lib.grading）：那里找不到也无妨
+        from lib.grading.collect import resolve_notebook
+
+        found = [p for p in folder.glob("*.ipynb") if p.stem != stem and resolve_notebook(p.stem, [stem])[0] == stem]
+        return sorted(found, key=lambda p: p.stat().st_mtime, reverse=True)
+    except Exception:  # noqa: BLE001  自查从不因为找文件而出错
+        return []
+
+
+def _rename_note(path: Path, name: str) -> str:
+    return "" if path.name == name else f"；文件名不是原来的 {name}：提交时请改回 {name}（或另存为 {name}）再上传"
 
 
 # ---------------------------------------------------------------- 比较
@@ -239,8 +256,9 @@ def _defined_elsewhere(reference: str, plain_cells: list) -> list:
     return sorted(found)
 
 
-def added_answer_problems(student: dict, reference: dict) -> list[str]:
-    """没作答的文字题旁边有学生自己加的、非空的单元格（和评分时的判断是同一段代码：lib/grading/repair.py）。"""
+def added_answer_notes(student: dict, reference: dict) -> list[str]:
+    """没作答的文字题旁边有学生自己加的、非空的单元格（和评分时的判断是同一段代码：lib/grading/repair.py）。
+    评分时它会被移进答题单元格、交给助教，分数不受影响，所以只是提醒（不是“会影响评分的问题”）。"""
     from lib.grading import repair
 
     try:
@@ -248,7 +266,7 @@ def added_answer_problems(student: dict, reference: dict) -> list[str]:
         found = repair.added_answers(repaired, reference)
     except Exception:  # noqa: BLE001  自查从不因为 notebook 奇怪而出错
         return []
-    return [f"作答：文字题“{gid}”的" + repair.ADDED_ANSWER_HINT.format(gid=gid) for gid in sorted(found)]
+    return [f"文字题“{gid}”的" + repair.ADDED_ANSWER_HINT.format(gid=gid) for gid in sorted(found)]
 
 
 def _describe(cell: dict, meta: dict) -> str:
@@ -386,7 +404,7 @@ def report(problems: list[str], notes: list[str], path_in_repo: str, checked: st
         lines += [f"  {i}. {p}" for i, p in enumerate(problems, 1)]
         if structure:
             lines.append(_HOW_TO_FIX)
-        if len(structure) < len(problems):
+        if any(p.startswith("格式：") for p in problems):  # 只在真有格式问题时才说格式的事
             lines.append("  • 格式问题：按上面的说明改你的答案（规则和评分时一样，见 lib/answer_format.py）；"
                          "格式不对的那一部分评分时得 0 分。")
     if not structure:
@@ -407,7 +425,7 @@ def check_notebook(student: dict, path_in_repo: str, checked: str = "给定的 n
     给了 namespace（notebook 的全局变量）时，再用评分的规则检查答案的格式。"""
     reference, _ = load_reference(path_in_repo, root, student_file)
     problems, notes = compare(student, reference)
-    problems += added_answer_problems(student, reference)
+    notes += added_answer_notes(student, reference)
     if namespace is not None:
         more, more_notes = check_formats(Path(path_in_repo).stem, namespace)
         problems, notes = problems + more, notes + more_notes
@@ -438,13 +456,16 @@ def check_this_notebook(path_in_repo: str, namespace: dict | None = None) -> boo
                 print(f"自查：✗ {err}")
                 return False
             try:
-                return check_notebook(student, path_in_repo, f"{path}，保存于 {when}；先按 Ctrl+S 保存再自查",
+                return check_notebook(student, path_in_repo,
+                                      f"这个 notebook 的文件 {path}，保存于 {when}；先按 Ctrl+S 保存再自查"
+                                      + _rename_note(path, Path(path_in_repo).name),
                                       student_file=path, namespace=namespace)
             except FileNotFoundError as err:
                 print(f"自查：无法核对单元格：{err}")
                 return _formats_only(path_in_repo, namespace)
-    print(f"自查：在当前目录 {Path.cwd()} 里找不到 {Path(path_in_repo).name}，没法核对单元格。"
-          "请在 notebook 所在的目录里运行，或在命令行运行 python -m lib.selfcheck 文件.ipynb")
+    print(f"自查：在当前目录 {Path.cwd()} 里找不到这个 notebook 的文件（{Path(path_in_repo).name} 或改过名的副本），"
+          "评分单元格没有核对（下面只检查了答案的格式）。请在 notebook 所在的目录里运行，"
+          "或在命令行运行 python -m lib.selfcheck 文件.ipynb")
     return _formats_only(path_in_repo, namespace)
 
 

@@ -826,3 +826,89 @@ def test_round_trip_autograde_feedback_export(tmp_path):
             feedback = sorted((course / "feedback" / student / ASSIGNMENT).glob("*.html"))
             assert [p.stem for p in feedback] == NOTEBOOKS
     assert not (ROOT / "gradebook.db").exists() and not (ROOT / "submitted").exists()
+
+
+# ----------------------------------------------------------------------------
+# issue 20（两次新人试评）：分数都对，但这些说明说错了原因
+# ----------------------------------------------------------------------------
+
+_SA = """
+def self_attention(Q, K, V, mask=None):
+    s = {scores}
+    if mask is not None:
+        s = np.where({mask}, s, -np.inf)
+    s = s - s.max({axis}, keepdims=True)
+    w = np.exp(s); w = w / w.sum({axis}, keepdims=True)
+    return w @ V, w
+"""
+_SWAP = "Q @ np.swapaxes(K, -1, -2) / np.sqrt(Q.shape[-1])"
+
+FRESH_EYES = [  # (grade_id, 学生的答案, 得分比例, 说明里要有的话, 说明里不能有的话)
+    ("ex1_outputs", "weights_1 = np.array([[0.5, 0.5], [0.881, 0.119]])\noutputs_1 = weights_1 @ np.eye(2)",
+     0.0, "和你的 weights_1 一致；错在打分没有除以 √2", "第 i 行是 o_i"),
+    ("ex1_self_attention", _SA.format(scores="Q @ K.T / np.sqrt(Q.shape[-1])", mask="mask", axis="-1"),
+     4 / 8, "有批维度 + 掩码（每句不同的掩码、要广播的掩码）（2 分）：Q 的形状 (3, 3, 3)、掩码 (3, 3, 3)："
+            "注意力权重和参考答案不一致。看起来用了 K.T", "检查打分"),
+    ("ex1_self_attention", "def self_attention(Q, K, V, mask=None):\n    raise NotImplementedError()",
+     0.0, "NotImplementedError", "有批维度时"),
+    ("ex1_self_attention", _SA.format(scores=_SWAP, mask="np.swapaxes(mask, -1, -2)", axis="-1"),
+     4 / 8, "掩码挡住的是行而不是列", "。；"),
+    ("ex1_self_attention", _SA.format(scores=_SWAP, mask="mask", axis="-2"),
+     0.0, "softmax 按列做了", "检查打分"),
+    ("ex4_average_query", "def average_query(K, a, b):\n    return 20.0 * K[a]",
+     0.0, "方向不对", "c 足够大"),
+    ("ex4_copy_query", "def copy_query(K, a):\n    return 20.0 * K[(a + 1) % len(K)]", 0.0, "方向不对", "c ≥ ln"),
+    ("ex11_cached_generation", """
+_g = generate_cached
+def generate_cached(model, prompt, max_new_tokens):
+    model(prompt, kv_cache=model.new_kv_cache())   # 多送了一遍提示
+    return _g(model, prompt, max_new_tokens)
+""",
+     3 / 6, "不超过 n + m = ", "应是 n + m − 1"),
+    ("ex7_crossover", "def crossover_length(d):\n    return 4.0 * d", 0.5 / 2, "得到 16384，应为 24576", "16384."),
+]
+
+
+@pytest.mark.parametrize("grade_id,source,want,says,never", FRESH_EYES,
+                         ids=[f"{g}-{i}" for i, (g, *_) in enumerate(FRESH_EYES)])
+def test_fresh_eyes_messages_name_the_real_cause(reference, grade_id, source, want, says, never):
+    ns = _with(reference[ec.CHECKS[grade_id].notebook], source)
+    fraction, message = ec.grade(grade_id, ns, 0)
+    assert fraction == pytest.approx(want), message
+    assert says in message, message
+    assert never not in message, message
+    assert "。；" not in message and "。。" not in message, message
+
+
+def test_integer_valued_floats_are_shown_without_a_trailing_dot():
+    from lib import answer_format as fmt
+
+    assert fmt.shown(4.0, 1.0) == ("4", "1")
+    assert fmt.shown([4.0, 1.5], [1.0, 2.0]) == ("[4, 1.5]", "[1, 2]")
+    assert fmt.shown(0.123456, 0.1235) == ("0.12346", "0.1235")
+
+
+def _visible_test(name: str, grade_id: str) -> str:
+    """source/ 里一个测试单元格的公开部分（去掉隐藏测试）。"""
+    cell = next(c for c in read_nb(ROOT / "source" / ASSIGNMENT / f"{name}.ipynb").cells if nbg(c).get("grade_id") == grade_id)
+    return re.sub(r"### BEGIN HIDDEN TESTS.*?### END HIDDEN TESTS", "", cell.source, flags=re.S)
+
+
+AXIS_ONLY = {  # 只对坐标轴方向的键成立
+    "ex4_copy_query": "def copy_query(K, a):\n    q = np.zeros(K.shape[1]); q[a] = 20.0\n    return q\n",
+    "ex4_average_query": "def average_query(K, a, b):\n    q = np.zeros(K.shape[1]); q[[a, b]] = 20.0\n    return q\n",
+}
+
+
+@pytest.mark.parametrize("grade_id", ["ex4_copy_query", "ex4_average_query"])
+def test_visible_query_tests_catch_an_axis_only_answer(reference, grade_id):
+    """公开测试里有一组转过的正交键：只对坐标轴方向成立的答案交之前就失败（评分时它得 0 分），参考答案照样通过。"""
+    nb1 = "01_attention_by_hand"
+    copy_test, test = _visible_test(nb1, "ex4_copy_query"), _visible_test(nb1, grade_id)
+    ns = dict(reference[nb1])
+    exec(copy_test, ns)  # noqa: S102  定义 attention_weights 和那几组键；参考答案通过
+    exec(test, ns)  # noqa: S102
+    exec(AXIS_ONLY[grade_id], ns)  # noqa: S102
+    with pytest.raises(AssertionError):
+        exec(test, ns)  # noqa: S102
+    assert ec.grade(grade_id, _with(reference[nb1], AXIS_ONLY[grade_id]), 0)[0] < 1.0

@@ -591,6 +591,20 @@ GENERATE_LEFTOVER_BEFORE = generate_src("""\
         idx = torch.cat([idx, step], 1)
     return idx
 """)
+HAND_UPSTREAM = """\
+s = np.array([[1.0, 0.0], [0.0, 1.0]]) @ np.array([[1.0, 1.0], [1.0, -1.0]]).T   # 忘了除以 √2
+weights_1 = np.exp(s) / np.exp(s).sum(axis=1, keepdims=True)
+scores_1 = s
+outputs_1 = weights_1 @ np.eye(2)                                                  # 这一步是对的
+"""
+GENERATE_EXTRA_PROMPT = generate_src("""\
+    model(prompt, kv_cache=model.new_kv_cache())    # 多送了一遍提示（词元还是对的）
+    cache, idx, step = model.new_kv_cache(), prompt, prompt
+    for _ in range(max_new_tokens):
+        step = model(step, kv_cache=cache).logits[:, -1, :].argmax(-1, keepdim=True)
+        idx = torch.cat([idx, step], 1)
+    return idx
+""")
 ADDED_PRE_LN = ("**(a)** 一定包含单位矩阵 $I$：残差主干把 $x^{(0)}$ 原样加到输出上，梯度沿这条路不衰减。\n\n"
                 "**(b)** Post-LN 里主干每层都经过 LN，$I$ 被 $J_{LN}$ 连乘取代，所以需要预热、深了难训练。")
 ADDED_MASK_1 = "(a) 双向注意力会看到填充位置，填充是无意义的向量，会污染真实词的表示。"
@@ -665,6 +679,11 @@ SUBMISSIONS = {  # 学号 → (notebook, {答案单元格的 grade_id: 内容})
     "f05_leftover": (NB5, {"ex11_counts_answer": COUNTS_LEFTOVER, "ex11_generation_answer": GENERATE_LEFTOVER,
                            "+after:ex8_answer": ADDED_MASK_1, "+after:ex8_answer ": ADDED_MASK_2}),
     "f05_leftover_before": (NB5, {"ex11_generation_answer": GENERATE_LEFTOVER_BEFORE, "+before:ex8_answer": "   "}),
+    # issue 20 的两次新人试评：分数对，但说明要说出真正的原因（FRESH_EYES）
+    "f01_rowmask": (NB1, {"ex1_self_attention_answer": attention_src(
+        SCALED, "scores = np.where(np.swapaxes(mask, -1, -2), scores, -np.inf)   # 掩码转置了：挡住的是行")}),
+    "f01_upstream": (NB1, {"ex1_hand_answer": HAND_UPSTREAM, "ex4_answer": queries_src("20.0 * K[a]", "20.0 * K[a]")}),
+    "f05_extra_prompt": (NB5, {"ex11_generation_answer": GENERATE_EXTRA_PROMPT}),
 }
 
 # ============================================================================ 规格：期望的分数
@@ -787,6 +806,12 @@ f05_leftover     ex11_cached_generation  6      同上
 f05_leftover     ex8_answer              人工   答案分两段写在了新加的两个单元格里
 f05_leftover_before ex11_cached_generation 0   raise NotImplementedError() 在 return 之前：说要删掉那一行
 f05_leftover_before ex8_answer           0      答案单元格上面只加了一个空白单元格：还是没作答
+f01_rowmask      ex1_self_attention      4      掩码转置了（挡住的是行）：没有掩码的两部分对
+f01_upstream     ex1_scores              0      没有除以 √2
+f01_upstream     ex1_weights             0      用了没缩放的打分
+f01_upstream     ex1_outputs             0      输出 = 自己的权重 × V：错在上游
+f01_upstream     ex4_average_query       0      平均时只指向 k_a：方向错（权重 1.000 / 0.000）
+f05_extra_prompt ex11_cached_generation  3      词元对；多送了一遍提示，处理的位置超过 n + m
 """
 
 # 同一个格式问题，三处说同一句话；None = 这种格式三处都接受（公开测试不报错、自检没有 ✗、评分给满分）
@@ -1086,3 +1111,33 @@ def test_table_covers_every_autograded_cell_with_alternatives_mistakes_and_half_
     for sid, gid, *_ in AGREE + HINTS:
         assert sid in SUBMISSIONS and (gid in ec.CHECKS), (sid, gid)
 
+
+
+@pytest.mark.slow
+def test_notebooks_a_student_never_submitted_are_not_in_the_formgrader_queue(graded):
+    """每份提交只交了一个 notebook：其余 notebook 在 gradebook 里（nbgrader 的 add_submission 建的）不标“需要人工评分”。"""
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{graded['course'] / 'gradebook.db'}") as gb:
+        for sid, (notebook, _) in SUBMISSIONS.items():
+            for sn in gb.find_submission("exercises", sid).notebooks:
+                if sn.name != notebook:
+                    assert not sn.needs_manual_grade and sn.score == 0, (sid, sn.name)
+
+
+# 新人试评（issue 20）：评分说明里要有的话、不能有的话
+FRESH_EYES = [
+    ("f01_rowmask", "ex1_self_attention", "掩码挡住的是行而不是列", "检查打分"),
+    ("f01_upstream", "ex1_outputs", "和你的 weights_1 一致；错在打分没有除以 √2", "第 i 行是 o_i"),
+    ("f01_upstream", "ex4_average_query", "方向不对", "c 足够大"),
+    ("f05_extra_prompt", "ex11_cached_generation", "不超过 n + m = ", "应是 n + m − 1"),
+    ("f01_transpose", "ex1_self_attention", "np.swapaxes", "检查打分"),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sid,gid,says,never", FRESH_EYES, ids=[f"{f[0]}-{f[1]}" for f in FRESH_EYES])
+def test_fresh_eyes_messages_name_the_real_cause(graded, sid, gid, says, never):
+    message = graded["results"][sid]["hidden"][gid]
+    assert says in message and never not in message, message
+    assert "。；" not in message and not re.search(r"\d\.[，。；）]", message), message

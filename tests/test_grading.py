@@ -480,3 +480,29 @@ def test_feedback_math_is_mathml_and_leaves_code_alone():
     page = ("<head>\n<!-- Loading mathjax macro -->\n<!-- Load mathjax -->\n<script src=x></script>\n"
             "<!-- End of mathjax configuration -->\n</head>")
     assert fm.drop_mathjax(page) == "<head>\n</head>"
+
+
+# ============================================================================ 没交的 notebook 不进 formgrader 的待评队列
+@pytest.mark.filterwarnings("ignore:.*not in session")  # nbgrader 自己 add_submission 时的 SQLAlchemy 警告
+def test_never_submitted_notebooks_do_not_need_manual_grading(tmp_path):
+    """nbgrader 的 add_submission 给作业的每个 notebook 都建记录，单元格默认“需要人工评分”：没交的 notebook
+    会出现在 formgrader 的待评队列里（0 分）。写分数时（submitted=交了的 notebook）清掉它们的标记；以后交了，照常标记。"""
+    from nbgrader.api import Gradebook
+
+    from lib.grading import gradebook_io
+
+    names = ["01_attention_by_hand", "02_scaling_and_equivariance"]
+    rel = {n: gf.load(REPO / "release" / "exercises" / f"{n}.ipynb") for n in names}
+    db = "sqlite:///" + str(tmp_path / "gradebook.db")
+    gradebook_io.ensure_assignment(db, "exercises", rel)
+    auto = {n: {g: p for g, (p, a) in gradebook_io.grade_cells(rel[n]).items() if a} for n in names}
+    with Gradebook(db) as gb:
+        gradebook_io.write_scores(gb, "exercises", "old", names[0], auto[names[0]], set())  # 不给 submitted：nbgrader 的默认
+        assert gb.find_submission_notebook(names[1], "exercises", "old").needs_manual_grade
+        w = gradebook_io.write_scores(gb, "exercises", "s1", names[0], auto[names[0]], set(), submitted={names[0]})
+        never = gb.find_submission_notebook(names[1], "exercises", "s1")
+        assert not never.needs_manual_grade and never.score == 0
+        assert w.pending == len(gradebook_io.grade_cells(rel[names[0]])) - len(auto[names[0]])  # 交了的文字题照常待评
+        gradebook_io.write_scores(gb, "exercises", "s1", names[1], auto[names[1]], set(), submitted=set(names))
+        later = gb.find_submission_notebook(names[1], "exercises", "s1")
+        assert later.needs_manual_grade == any(not a for _, a in gradebook_io.grade_cells(rel[names[1]]).values())

@@ -317,10 +317,12 @@ def test_a_written_answer_in_an_added_cell_is_reported_with_how_to_move_it(cours
     at = {"below": 5, "above": 4, "two_below": 5}[where]
     for cell in (added if where == "two_below" else added[:1])[::-1]:
         nb["cells"].insert(at, cell)
-    assert check_notebook(nb, REL, root=course) is False
+    assert check_notebook(nb, REL, root=course) is True  # 评分时会被移进答题单元格：分数不受影响，只是提醒
     out = capsys.readouterr().out
     assert "答案写在了新单元格里" in out and "剪切到答题单元格 ex3_proof 里" in out, out
+    assert "评分时会被移进答题单元格交给助教，但最好自己移过去" in out and "评分只看答题单元格" not in out, out
     assert "怎么修" not in out  # 不是单元格结构的问题，不给删副本、找回单元格的说明
+    assert "格式问题" not in out and "✗" not in out, out  # 不是格式问题：不加格式问题的说明
 
 
 def test_an_empty_added_cell_or_an_answered_cell_is_not_reported(course, capsys):
@@ -354,3 +356,47 @@ def test_formats_name_a_leftover_raise_before_return():
     problems, _ = selfcheck.check_formats("02_scaling_and_equivariance", ns)
     assert any("score_variance" in p and "删掉 raise NotImplementedError() 这一行" in p for p in problems), problems
     assert not any("score_divisor" in p for p in problems), problems
+
+
+@pytest.mark.parametrize("name", ["01_demo (1).ipynb", "Copy of 01_demo.ipynb"])
+def test_a_renamed_notebook_without_session_info_is_found_and_checked(course, tmp_path, monkeypatch, capsys, name):
+    """内核不知道自己的 notebook（没有 __session__、JPY_SESSION_NAME，例如 nbclient）、当前目录里只有改过名的副本：
+    按评分时的文件名规则找到它，核对它的评分单元格，并说明检查的是哪个文件、提交时要改回原来的名字。"""
+    monkeypatch.setattr(selfcheck, "REPO_ROOT", course)
+    monkeypatch.delitem(sys.modules, "google.colab", raising=False)
+    monkeypatch.delenv("JPY_SESSION_NAME", raising=False)
+    work = tmp_path / "work"
+    work.mkdir()
+    broken = _answered()
+    broken["cells"].insert(3, copy.deepcopy(broken["cells"][2]))
+    (work / name).write_text(json.dumps(broken), encoding="utf-8")
+    (work / "02_other (1).ipynb").write_text(json.dumps(_answered()), encoding="utf-8")  # 别的练习：不相干
+    monkeypatch.chdir(work)
+    assert check_this_notebook(REL, namespace={}) is False
+    out = capsys.readouterr().out
+    assert f"这个 notebook 的文件 {work / name}" in out and "出现了 2 次" in out, out
+    assert "提交时请改回 01_demo.ipynb" in out and "找不到" not in out, out
+    (work / name).write_text(json.dumps(_answered()), encoding="utf-8")
+    assert check_this_notebook(REL, namespace={}) is True
+    assert "提交时请改回 01_demo.ipynb" in capsys.readouterr().out
+
+
+def test_no_notebook_file_says_the_cells_were_not_checked(course, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(selfcheck, "REPO_ROOT", course)
+    monkeypatch.delitem(sys.modules, "google.colab", raising=False)
+    monkeypatch.delenv("JPY_SESSION_NAME", raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert check_this_notebook(REL, namespace={}) is None
+    assert "评分单元格没有核对" in capsys.readouterr().out
+
+
+def test_without_lib_grading_the_selfcheck_still_runs(course, tmp_path, monkeypatch, capsys):
+    """评分的沙箱里没有 lib.grading：找改过名的副本时不能出错（只检查答案的格式）。"""
+    monkeypatch.setattr(selfcheck, "REPO_ROOT", course)
+    monkeypatch.delitem(sys.modules, "google.colab", raising=False)
+    monkeypatch.delenv("JPY_SESSION_NAME", raising=False)
+    monkeypatch.setitem(sys.modules, "lib.grading.collect", None)  # import 时 ModuleNotFoundError
+    (tmp_path / "01_demo (1).ipynb").write_text(json.dumps(_answered()), encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    assert check_this_notebook(REL, namespace={}) is None
+    assert "评分单元格没有核对" in capsys.readouterr().out

@@ -108,7 +108,8 @@ def _vs(got, want, kind: str = "computed") -> str:
 
 
 def _fmt(x) -> str:
-    return np.array2string(np.asarray(x, dtype=float), precision=4, suppress_small=True, separator=", ")
+    return fmt._no_trailing_dot(np.array2string(np.asarray(x, dtype=float), precision=4, suppress_small=True,
+                                                separator=", "))
 
 
 def _checked(verify):
@@ -144,9 +145,10 @@ def _score(parts: list) -> tuple[float, str]:
     reasons = {why for _, _, why in parts if why is not None}
     if got == 0 and len(reasons) == 1:
         return 0.0, reasons.pop()
-    lines = [f"✓ {label}（{p:g} 分）" if why is None else f"✗ {label}（{p:g} 分）：{why}" for label, p, why in parts]
+    lines = [f"✓ {label}（{p:g} 分）" if why is None else f"✗ {label}（{p:g} 分）：{why.rstrip('。；')}"
+             for label, p, why in parts]
     head = f"部分正确，{got:g} / {total:g} 分" if got else f"0 / {total:g} 分"
-    return got / total, head + "。" + "；".join(lines)
+    return got / total, head + "。" + "；".join(lines) + "。"
 
 
 # ----------------------------------------------------------------------------

@@ -153,11 +153,15 @@ class Written:
 
 
 def write_scores(gb, assignment: str, student: str, notebook: str, scores: dict, unanswered: set,
-                 commit: bool = True, changed: set = frozenset(), timestamp=None, late=None) -> Written:
+                 commit: bool = True, changed: set = frozenset(), timestamp=None, late=None,
+                 submitted: set | None = None) -> Written:
     """scores: grade_id -> 自动评分的分数（None = 需要人工评分）。
     人工分跟着答案走：答案没变的单元格，formgrader 里给的分和标记都不动；答案变了（changed）且有人工分的，
     清掉人工分并标记为需要人工评分。timestamp（不带时区的 UTC）记在 nbgrader 放提交时间的地方
     （SubmittedAssignment.timestamp）；late 是 late_penalties() 的结果，迟交时按 nbgrader 的设置扣分。
+    submitted：这个学生交了的 notebook 的名字。nbgrader 的 add_submission 给作业的每个 notebook 都建一条记录，
+    每个单元格默认“需要人工评分”（0 分）；没交的 notebook 没有答案可评，formgrader 却把它列进待评队列。
+    给了 submitted 时，没交的 notebook 里没有分数的单元格都清掉这个标记（以后交了，评分时会按答案重新标记）。
     commit=False 时由调用者成批提交（中途断掉也没关系：再次运行会从 .grading/ 里的执行结果把分数重新写一遍）。"""
     from nbgrader.api import MissingEntry
     gb.update_or_create_student(student)
@@ -181,6 +185,13 @@ def write_scores(gb, assignment: str, student: str, notebook: str, scores: dict,
             grade.needs_manual_grade = auto is None
         if auto is None and grade.manual_score is None:
             pending += 1
+    if submitted is not None:
+        for other in sub.notebooks:
+            if other.name in submitted or other.name == notebook:
+                continue
+            for grade in other.grades:
+                if grade.auto_score is None and grade.manual_score is None and grade.needs_manual_grade:
+                    grade.needs_manual_grade = False
     if regrade:
         notes.append("答案改过了，原来的人工分已清除，请在 formgrader 里重新评分：" + "、".join(regrade))
     stale = []

@@ -488,7 +488,7 @@ def run(opts: Options) -> list[Row]:
                     written = gradebook_io.write_scores(
                         gb, opts.assignment, it.student_id, it.notebook, verdict["scores"], unanswered,
                         commit=commit, changed=changed, timestamp=collect_mod.utc_naive(it.submitted_at),
-                        late=late_penalties)
+                        late=late_penalties, submitted={p.stem for p in sub_dir.glob("*.ipynb")})
                     score, max_score, pending = written.score, written.max_score, written.pending
                     status, detail = collect_mod.annotate(status, detail + written.notes, it)
                     if commit:

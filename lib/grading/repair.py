@@ -251,8 +251,8 @@ def repair(student: dict, release: dict, move_added: bool = True) -> tuple[dict,
     return out, notes
 
 
-ADDED_ANSWER_HINT = ("答案写在了新单元格里：评分只看答题单元格。把新单元格的内容剪切到答题单元格 {gid} 里"
-                     "（双击写着“在这里写下你的答案。”的单元格，替换掉这句话），再删掉新单元格。")
+ADDED_ANSWER_HINT = ("答案写在了新单元格里：评分时会被移进答题单元格交给助教，但最好自己移过去：把新单元格的内容"
+                     "剪切到答题单元格 {gid} 里（双击写着“在这里写下你的答案。”的单元格，替换掉这句话），再删掉新单元格。")
 
 
 def _snippet(text: str, n: int = 60) -> str:

@@ -107,10 +107,16 @@ def probe_ex4_average_query(namespace, seed):
     return {"cases": _call_cases(fn, [(c["K"].copy(), c["a"], c["b"]) for c in cases])}
 
 
+@_guarded
+def probe_ex1_outputs(namespace, seed):
+    """outputs_1，再记下学生自己的 weights_1：输出等于“你的权重 × V”时，错的是上游的权重，不是这一步。"""
+    return {"value": describe(_get(namespace, "outputs_1")), "weights": describe(namespace.get("weights_1"))}
+
+
 PROBES.update({
     "ex1_scores": _variable_probe("scores_1"),
     "ex1_weights": _variable_probe("weights_1"),
-    "ex1_outputs": _variable_probe("outputs_1"),
+    "ex1_outputs": probe_ex1_outputs,
     "ex1_self_attention": probe_ex1_self_attention,
     "ex4_copy_query": probe_ex4_copy_query,
     "ex4_average_query": probe_ex4_average_query,
@@ -126,19 +132,40 @@ EX1_OUTPUTS, EX1_WEIGHTS = attention(EX1_Q, EX1_K, EX1_V)
 HAND_TOL = fmt.TOLERANCES["hand"]["atol"]  # 手算答案保留两三位小数即可
 
 
-def _hand_value(name, expected, hint, typical=()):
-    """手算的数值（变量）：和答案相差不超过 HAND_TOL。typical：[(常见的错误答案, 原因)]，用来说出原因。"""
+def _hand_value(name, expected, hint, typical=(), upstream=None):
+    """手算的数值（变量）：和答案相差不超过 HAND_TOL。typical：[(常见的错误答案, 原因)]，用来说出原因。
+    upstream(data, got)：按学生自己上游的答案说原因（例如输出 = 你的权重 × V），返回 None 表示说不出。"""
 
     @_checked
     def verify(data, seed):
         got = fmt.read_array(_field(data, "value"), name, expected.shape, returned=False)
         if not _close(got, expected, "hand"):
-            why = next((w for value, w in typical if _close(got, value, "hand")), hint)
+            why = next((w for value, w in typical if _close(got, value, "hand")), None)
+            why = why or (upstream(data, got) if upstream else None) or hint
             raise Wrong(f"{name} 不对：得到 {_fmt(got)}。{why}")
         return 1.0, OK
 
     verify.__name__ = f"verify_{name}"
     return verify
+
+
+def _outputs_upstream(data, got):
+    """outputs_1 等于学生自己的 weights_1 × V：这一步算对了，错在上游的权重（说出权重错在哪）。"""
+    try:
+        w = fmt.read_array(data.get("weights"), "weights_1", EX1_WEIGHTS.shape, returned=False)
+    except Exception:  # noqa: BLE001  没填、格式不对或记录的数据古怪：说不出上游的原因，用通用的说明
+        return None
+    if not _close(got, w @ EX1_V, "hand") or _close(w, EX1_WEIGHTS, "hand"):
+        return None
+    if _close(w, softmax(EX1_Q @ EX1_K.T), "hand"):
+        cause = "错在打分没有除以 √2"
+    elif _close(w, softmax(EX1_Q @ EX1_K.T * math.sqrt(2)), "hand"):
+        cause = "错在打分乘了 √2，应该除以 √2"
+    elif _close(w, softmax(EX1_SCORES, axis=0), "hand"):
+        cause = "错在 softmax 按列做了，应按行做"
+    else:
+        cause = "错在上游的 weights_1（见 weights_1 的说明）"
+    return f"和你的 weights_1 一致；{cause}（输出 = 权重 × V 这一步是对的）。"
 
 
 SELF_ATTENTION_LABELS = {"2d": "二维输入、无掩码", "2d_mask": "二维输入 + 因果掩码", "batch": "有批维度、无掩码",
@@ -158,10 +185,32 @@ def _attention_hint(w, spec) -> str:
         return "看起来掩码没有起作用：mask 为 False 的位置权重应为 0（softmax 之前填 −∞）。"
     if mask is not None and same(attention(Q, K, V, ~np.asarray(mask))[1]):
         return "看起来掩码用反了：mask 里 True 表示“可以看”。"
+    if mask is not None and np.ndim(mask) >= 2 and same(attention(Q, K, V, np.swapaxes(np.asarray(mask), -1, -2))[1]):
+        return ("看起来掩码挡住的是行而不是列：mask[..., i, j] 为 False 表示第 i 个查询不能看第 j 个键，"
+                "应把打分里这些位置（第 j 列）填 −∞；不要转置掩码，也不要按行去挡。")
+    if Q.ndim > 2 and same_shape_try(lambda: _weights(Q @ K.T / math.sqrt(d_k), mask), w):
+        return "看起来用了 K.T：有批维度时 K.T 会把所有维度都倒过来，转置最后两维要用 np.swapaxes(K, -1, -2)。"
     scores = Q @ np.swapaxes(K, -1, -2) / math.sqrt(d_k)
-    if mask is None and same(softmax(scores, axis=-2)):
+    if same_shape_try(lambda: _weights(scores, mask, axis=-2), w):
         return "看起来 softmax 按列做了：应按最后一维（每一行）做，每行之和为 1。"
-    return "检查打分 QK^T/√d_k、按行 softmax 和掩码。"
+    return "检查打分 QK^T/√d_k、按行 softmax（最后一维）和掩码（挡住的是列：键）"
+
+
+def _weights(scores, mask=None, axis=-1):
+    """打分 →（加掩码后）softmax 的权重；用来重算学生可能的写法。"""
+    if mask is not None:
+        scores = np.where(mask, scores, -np.inf)
+    return softmax(scores, axis=axis)
+
+
+def same_shape_try(make, w) -> bool:
+    """make() 算出的权重和 w 一致（形状不对、出错都算不一致）。"""
+    try:
+        with np.errstate(all="ignore"):
+            other = make()
+    except Exception:  # noqa: BLE001  重算某种错误写法时形状对不上
+        return False
+    return np.shape(other) == np.shape(w) and _close(w, other)
 
 
 def _check_attention_case(spec, res, label):
@@ -172,7 +221,7 @@ def _check_attention_case(spec, res, label):
     w = fmt.read_array(w_d, f"{label}：权重", w_ref.shape, nan_hint=nan_hint)
     out = fmt.read_array(out_d, f"{label}：输出", out_ref.shape, nan_hint=nan_hint)
     if not _close(w, w_ref):
-        raise Wrong(f"{label}：注意力权重和参考答案不一致。{_attention_hint(w, spec)}")
+        raise Wrong(f"{label}：注意力权重和参考答案不一致。{_attention_hint(w, spec).rstrip('。')}。")
     if not _close(out, out_ref):
         raise Wrong(f"{label}：权重正确，但输出不对（输出应是权重乘 V）。")
 
@@ -196,6 +245,7 @@ def verify_ex1_self_attention(data, seed):
     """四部分各 2 分：二维无掩码、二维 + 掩码、批维度无掩码、批维度 + 掩码。"""
     specs = inputs_self_attention(seed)
     cases = _cases(data, expected=len(specs))
+    failed_2d = any("error" in case for spec, case in zip(specs, cases) if not spec["part"].startswith("batch"))
 
     def check_part(part):
         for spec, case in zip(specs, cases):
@@ -203,7 +253,9 @@ def verify_ex1_self_attention(data, seed):
                 continue
             label = f"Q 的形状 {spec['Q'].shape}" + ("" if spec["mask"] is None else f"、掩码 {spec['mask'].shape}")
             if "error" in case and part.startswith("batch"):
-                raise Wrong(f"{label}：{_error_text(case['error'])}{_batch_error_hint(str(case['error']), spec)}")
+                # 只有二维输入都不出错、有批维度才出错时，才按“批维度”说原因（没作答、处处出错的代码不说）
+                hint = "" if failed_2d else _batch_error_hint(str(case["error"]), spec)
+                raise Wrong(f"{label}：{_error_text(case['error'])}{hint}")
             _check_attention_case(spec, _result(case, label), label)
 
     return _score([_part(SELF_ATTENTION_LABELS[p], 2, lambda p=p: check_part(p)) for p in SELF_ATTENTION_PARTS])
@@ -238,9 +290,21 @@ def _verify_query(kind):
                 if others.size and not min(s[a], s[b]) > others.max() + 1e-4 * abs(s[a]):
                     raise Wrong(f"{where}：k_a、k_b 的打分应比其他键都大，得到 {s[a]:.3g}，其他键最大 {others.max():.3g}。")
 
+        def direction_ok(s, a, b):
+            if kind == "copy":
+                return s[a] > np.delete(s, a).max() + 1e-4 * abs(s[a])
+            others = np.delete(s, [a, b])
+            return _close(s[a], s[b]) and (not others.size or min(s[a], s[b]) > others.max() + 1e-4 * abs(s[a]))
+
         def length():
             for where, s, a, b in scores:
                 w = softmax(s)
+                if not direction_ok(s, a, b):  # 方向错时，把 q 变长没有用：先说方向
+                    want = "k_a 的权重应至少 0.99" if kind == "copy" else "k_a、k_b 的权重应各约 0.5"
+                    got = f"{w[a]:.3f}" if kind == "copy" else f"{w[a]:.3f} 和 {w[b]:.3f}"
+                    raise Wrong(f"{where}：权重是 {got}（{want}）：方向不对，q 没有"
+                                + ("指向 k_a" if kind == "copy" else "同样地指向 k_a 和 k_b")
+                                + "；先改方向，方向对了再看长度（c 的大小）。")
                 if kind == "copy" and w[a] < 0.99:
                     raise Wrong(f"{where}：k_a 的权重只有 {w[a]:.3f}，要求至少 0.99。q = c·k_a 时权重是 "
                                 "e^c / (e^c + n − 1)，n = 8 时要 c ≥ ln(99 × 7) ≈ 6.5。")
@@ -267,7 +331,7 @@ CHECKS = [
          (softmax(EX1_SCORES, axis=0), "softmax 应该按行做（每一行之和为 1），不是按列。")])),
     Check("ex1_outputs", NOTEBOOK, 2, _hand_value(
         "outputs_1", EX1_OUTPUTS, "第 i 行是 o_i = Σ_j α_ij v_j。",
-        [(EX1_OUTPUTS.T, "看起来转置了：第 i 行应是第 i 个词的输出 o_i = Σ_j α_ij v_j。")])),
+        [(EX1_OUTPUTS.T, "看起来转置了：第 i 行应是第 i 个词的输出 o_i = Σ_j α_ij v_j。")], _outputs_upstream)),
     Check("ex1_self_attention", NOTEBOOK, 8, verify_ex1_self_attention),
     Check("ex4_copy_query", NOTEBOOK, 3, _verify_query("copy")),
     Check("ex4_average_query", NOTEBOOK, 3, _verify_query("average")),

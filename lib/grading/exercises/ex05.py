@@ -320,7 +320,7 @@ def verify_ex11_cached_generation(data, seed):
             except (TypeError, KeyError, ValueError):
                 raise Wrong(f"第 {i} 组：记录的调用信息格式不对") from None
             if not calls or not used or total > n + m:
-                raise Wrong(f"第 {i} 组：模型一共处理了 {total} 个位置（用缓存时应是 n + m − 1 = {n + m - 1}）："
+                raise Wrong(f"第 {i} 组：模型一共处理了 {total} 个位置（用缓存时应不超过 n + m = {n + m}；参考答案是 n + m − 1 = {n + m - 1}）："
                             "每一步都要把同一个 kv_cache 传给模型，提示只送一次，之后只送入新的词。")
 
     return _score([_part("生成的词元正确", 3, tokens), _part("用了 KV 缓存", 3, cache)])
