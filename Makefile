@@ -27,14 +27,15 @@ lab: setup
 	$(PY) -m lib.check_env
 	$(VENV)/bin/jupyter lab --notebook-dir=. $(if $(filter 0,$(shell id -u)),--allow-root) notebooks/00_start_here.ipynb
 
-# 浏览器测试要 Chromium，评分沙箱要 bubblewrap：以 root 运行且有 apt 时自动安装；
+# 浏览器测试要 Chromium，评分沙箱要 bubblewrap，PostgreSQL gradebook 的测试（tests/test_postgres.py）要 Debian 的
+# postgresql（只用它的 initdb/postgres，测试在临时目录里自己起一个服务器）：以 root 运行且有 apt 时自动安装；
 # 装不上时相应的测试会带着原因跳过（评分退回到无沙箱模式并在 status 里注明）。
 system-deps:
-	@if command -v chromium >/dev/null && command -v bwrap >/dev/null; then :; \
+	@if command -v chromium >/dev/null && command -v bwrap >/dev/null && ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-		(apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium bubblewrap >/dev/null) \
-		|| echo "警告：没能安装 chromium / bubblewrap，浏览器测试将被跳过"; \
-	else echo "提示：请安装 chromium 和 bubblewrap（Debian：apt-get install chromium bubblewrap）"; fi
+		(apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium bubblewrap postgresql >/dev/null) \
+		|| echo "警告：没能安装 chromium / bubblewrap / postgresql，浏览器测试和 PostgreSQL gradebook 的测试将被跳过"; \
+	else echo "提示：请安装 chromium、bubblewrap 和 postgresql（Debian：apt-get install chromium bubblewrap postgresql）"; fi
 
 # JupyterHub 的代理 configurable-http-proxy（npm 包，装在 .venv/chp/）；没有 npm 时以 root 用 apt 装 nodejs、npm。
 # jupyterhub 本身是 pip 包（deploy/jupyterhub/requirements.txt，由 requirements-dev.txt 引入）。

@@ -141,15 +141,16 @@ def _gradebook_rows(course: Path, assignment: str):
     """gradebook 里这个作业的全部分数：[(学生, notebook, grade_id, score 或 None)]，以及学生、迟交、扣分、截止时间。"""
     from nbgrader.api import (Grade, GradeCell, Gradebook, MissingEntry, Notebook,
                               SubmittedAssignment, SubmittedNotebook)
-    db = course / "gradebook.db"
-    if not db.exists():
-        raise FileNotFoundError(f"找不到 {db}：请在课程根目录运行，并先运行 grade")
+    db = gradebook_io.course_db_url(course)  # nbgrader_config.py 的 CourseDirectory.db_url（默认 gradebook.db）
+    if gradebook_io.missing(db):
+        raise FileNotFoundError(f"找不到 {gradebook_io.describe(db)}：请在课程根目录运行，并先运行 grade")
     gradebook_io._patch_alembic()
-    with Gradebook("sqlite:///" + str(db)) as gb:
+    with Gradebook(db) as gb:
         try:
             a = gb.find_assignment(assignment)
         except MissingEntry:
-            raise FileNotFoundError(f"gradebook.db 里没有作业 {assignment}：请先运行 grade {assignment}") from None
+            raise FileNotFoundError(f"gradebook（{gradebook_io.describe(db)}）里没有作业 {assignment}："
+                                    f"请先运行 grade {assignment}") from None
         due = a.duedate
         rows = (gb.db.query(SubmittedAssignment.student_id, Notebook.name, GradeCell.name, Grade.auto_score,
                             Grade.manual_score, Grade.extra_credit)

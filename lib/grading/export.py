@@ -50,13 +50,13 @@ def fmt(x: float) -> str:
 def gradebook_results(course: Path, assignment: str) -> tuple[float, list, dict, dict]:
     """(作业满分, notebook 列表, 学号 -> Result, notebook -> 满分)。"""
     from nbgrader.api import Gradebook, MissingEntry
-    from .gradebook_io import _patch_alembic
-    db = course / "gradebook.db"
-    if not db.exists():
-        raise InputError(f"没有 {db}：请先运行 grade")
+    from .gradebook_io import _patch_alembic, course_db_url, describe, missing
+    db = course_db_url(course)  # nbgrader_config.py 的 CourseDirectory.db_url（默认 gradebook.db）
+    if missing(db):
+        raise InputError(f"没有 {describe(db)}：请先运行 grade")
     _patch_alembic()
     out = {}
-    with Gradebook("sqlite:///" + str(db)) as gb:
+    with Gradebook(db) as gb:
         try:
             a = gb.find_assignment(assignment)
         except MissingEntry:

@@ -49,6 +49,57 @@ def _patch_alembic() -> None:
     api.get_alembic_version = fast
 
 
+def course_db_url(course: Path) -> str:
+    """课程用的 gradebook 地址：课程 nbgrader_config.py 里的 ``c.CourseDirectory.db_url``，由 nbgrader 自己的
+    ``CourseDirectory`` 解析（没设时是 nbgrader 的默认值 ``sqlite:///<课程根目录>/gradebook.db``）。
+    几位助教同时评分时可以设成 PostgreSQL，例如 ``postgresql+psycopg2://ta@db.example.edu/cs224n``。
+    SQLite 的相对路径（``sqlite:///gradebook.db``）按课程根目录解释，不按当前目录。"""
+    from nbgrader.coursedir import CourseDirectory
+    from sqlalchemy.engine import make_url
+    from traitlets.config import Config
+    from traitlets.config.loader import PyFileConfigLoader
+    course = Path(course).resolve()
+    if (course / "nbgrader_config.py").exists():
+        cfg = PyFileConfigLoader("nbgrader_config.py", path=str(course)).load_config()
+    else:  # 没有配置文件：nbgrader 的默认值
+        cfg = Config()
+    cfg.CourseDirectory.root = str(course)  # 和 nbgrader 在课程根目录运行时一样
+    url = CourseDirectory(config=cfg).db_url
+    u = make_url(url)
+    if u.get_backend_name() == "sqlite" and u.database and u.database != ":memory:" \
+            and not Path(u.database).is_absolute():
+        url = u.set(database=str(course / u.database)).render_as_string(hide_password=False)
+    try:
+        u.get_dialect().import_dbapi()
+    except ImportError as e:
+        raise SystemExit(f"nbgrader_config.py 里的 CourseDirectory.db_url（{describe(url)}）要用数据库驱动 {e.name}，"
+                         "但没有安装。PostgreSQL 请写成 postgresql+psycopg2://…（驱动是 requirements-dev.txt 里的 "
+                         "psycopg2-binary）。") from None
+    return url
+
+
+def sqlite_file(db_url: str) -> Path | None:
+    """SQLite gradebook 的文件路径；别的数据库（PostgreSQL 等）返回 None。"""
+    from sqlalchemy.engine import make_url
+    u = make_url(db_url)
+    if u.get_backend_name() != "sqlite" or not u.database or u.database == ":memory:":
+        return None
+    return Path(u.database)
+
+
+def describe(db_url: str) -> str:
+    """给助教看的 gradebook 名字：SQLite 是文件路径，别的数据库是不含密码的地址。"""
+    from sqlalchemy.engine import make_url
+    f = sqlite_file(db_url)
+    return str(f) if f else make_url(db_url).render_as_string(hide_password=True)
+
+
+def missing(db_url: str) -> bool:
+    """SQLite 文件还不存在（还没评过分）。别的数据库总是 False：库里没有这个作业时由 MissingEntry 报告。"""
+    f = sqlite_file(db_url)
+    return f is not None and not f.exists()
+
+
 def grade_cells(nb: dict) -> dict:
     """grade_id -> (points, 是否自动评分的测试单元格)。"""
     out = {}
@@ -91,20 +142,22 @@ def open_gradebook(db_url: str):
     from sqlalchemy import text
     _patch_alembic()
     gb = Gradebook(db_url)
-    # 只对本次连接：不等每次提交都落盘。万一机器在评分中途断电，再运行一次会从 .grading/ 的执行结果
+    if sqlite_file(db_url) is None:
+        return gb
+    # SQLite 只对本次连接：不等每次提交都落盘。万一机器在评分中途断电，再运行一次会从 .grading/ 的执行结果
     # 把分数重新写入，所以不会丢成绩。
     gb.db.execute(text("PRAGMA synchronous=OFF"))
     return gb
 
 
-def read_duedate(db_path: Path, assignment: str):
+def read_duedate(db_url: str, assignment: str):
     """gradebook 里 nbgrader 记的作业截止时间（带时区），没有时 None。"""
     import datetime as dt
     from nbgrader.api import Gradebook, MissingEntry
-    if not Path(db_path).exists():
+    if missing(db_url):
         return None
     _patch_alembic()
-    with Gradebook("sqlite:///" + str(db_path)) as gb:
+    with Gradebook(db_url) as gb:
         try:
             due = gb.find_assignment(assignment).duedate
         except MissingEntry:

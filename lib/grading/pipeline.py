@@ -312,8 +312,8 @@ def run(opts: Options) -> list[Row]:
     notebooks = list(release)
     ws = course / ".grading" / opts.assignment
     (ws / "state").mkdir(parents=True, exist_ok=True)
-    imported = collect_mod.gather(opts, notebooks, ws, gradebook_io.read_duedate(course / "gradebook.db",
-                                                                                 opts.assignment))
+    db_url = gradebook_io.course_db_url(course)  # nbgrader_config.py 的 CourseDirectory.db_url
+    imported = collect_mod.gather(opts, notebooks, ws, gradebook_io.read_duedate(db_url, opts.assignment))
     items, roster = imported.items, imported.roster_ids
     checks = load_checks(opts.checks_module)
     probes_source = probes_mod.kernel_source(opts.probes_file)  # probes.py + 每个练习模块的探针一段
@@ -324,7 +324,6 @@ def run(opts: Options) -> list[Row]:
         "memory_mb": opts.limits.memory_mb, "max_procs": opts.limits.max_procs,
         "checks_module": opts.checks_module, "probes_file": str(opts.probes_file),
         "use_bwrap": opts.use_bwrap}, ensure_ascii=False, indent=1), encoding="utf-8")
-    db_url = "sqlite:///" + str(course / "gradebook.db")
     # 新建 gradebook 里的作业结构要一两秒：放到后台线程里，和第一批提交的执行重叠（执行在子进程里，
     # 不占 GIL）；主线程第一次写分数之前等它完成。结构不一致时照样在写任何分数之前退出。
     setup_error: list = []
@@ -344,8 +343,9 @@ def run(opts: Options) -> list[Row]:
         if setup_error:
             e = setup_error[0]
             if isinstance(e, RuntimeError):
-                raise SystemExit(f"gradebook.db 里的作业结构和现在的 release/ 不一致，而且已经有提交（{e}）。"
-                                 "如果 release/ 是有意修改的，请先备份并删除 gradebook.db 再评分。")
+                raise SystemExit(f"gradebook（{gradebook_io.describe(db_url)}）里的作业结构和现在的 release/ 不一致，"
+                                 f"而且已经有提交（{e}）。如果 release/ 是有意修改的，请先备份 gradebook，"
+                                 "再删除它（SQLite 是 gradebook.db 文件）后评分。")
             raise e
 
     bw_ok, bw_msg = sandbox.bwrap_status()
