@@ -389,7 +389,8 @@ def test_parts_parser_reads_what_exercise_checks_writes():
              ec._part("用了参数 seed", 0.5, wrong("同样的 d_k、σ 换一个 seed，结果一模一样；要用 seed。"))]
     frac, msg = ec._score(parts)
     assert frac == pytest.approx(2 / 4.5)
-    assert cr.parse_parts(msg) == [(L2D, 2.0, True, ""), (LBM, 2.0, False, "Q 的形状 (2, 3, 4)：" + SQRT),
+    # 逐条之间用“；”连接，前一条末尾的“。”被去掉（避免“。；”）
+    assert cr.parse_parts(msg) == [(L2D, 2.0, True, ""), (LBM, 2.0, False, "Q 的形状 (2, 3, 4)：" + SQRT.rstrip("。")),
                                    ("用了参数 seed", 0.5, False, "同样的 d_k、σ 换一个 seed，结果一模一样；要用 seed。")]
     _, msg0 = ec._score([ec._part(L2D, 2, wrong("a")), ec._part(LB, 2, wrong("b"))])  # 0 分、原因不同：也逐条列出
     assert [p[:3] for p in cr.parse_parts(msg0)] == [(L2D, 2.0, False), (LB, 2.0, False)]
