@@ -465,9 +465,8 @@ def length_claims(readings: dict, floor_test: float) -> list[Claim]:
         Claim("§11.3", "本课程的结果", "可学习的位置嵌入：找主语的头在 4 个修饰语时“失明”：权重 ÷ 2 个修饰语时",
               [a / b for a, b in zip(head("learned", 4), head("learned", 2))], high=0.5),
         Claim("§11.3", "本课程的结果", "RoPE：4、6 个修饰语都对（讲义 84.9%、72.5%，没有复现）", acc("rope", (4, 6)), low=0.95),
-        Claim("§11.3", "本课程的结果", "原版正弦编码：每个种子在 6–10 个修饰语里最差的一处（讲义 83.5%–99.9%）",
-              [min(r["agreement"][k] for k in (6, 8, 10)) for r in _per_seed(readings, "sinusoidal", lambda r: r)],
-              high=0.9),
+        # 原版正弦编码在 6–10 个修饰语上是否出错，种子之间不同：notebook 的种子 0 全对（100%），种子 1、2 约 50%。
+        # 这不是每个种子都成立的结论，所以不在这里检查（notebook 在自己的 3 个种子上检查“至少一个种子出错”）。
         Claim("§11.3", "本课程的结果", "缩小的正弦编码（去掉尺度混杂）：4–10 个修饰语都对", acc("sinusoidal_small", (4, 6, 8, 10)),
               low=0.95),
         Claim("§11.3", "本课程的结果", "缩小的正弦编码：10 个修饰语时找主语的头仍在看主语", head("sinusoidal_small", 10), low=0.5),
@@ -509,8 +508,7 @@ def attention_claims(readings: dict) -> list[Claim]:
               [float(h["subject"][b]) / h["uniform"] for h, b in zip(heads, best)], low=3.0),
         Claim("§11.4", "讲义", "这个头几乎不理干扰名词：分给主语的 ÷ 分给每个干扰名词的",
               [float(h["subject"][b] / max(h["distractor"][b], 1e-6)) for h, b in zip(heads, best)], low=3.0),
-        Claim("§11.4", "本课程的结果", "没有头盯着干扰名词：任何一个头分给每个干扰名词的平均权重（均匀 0.09，讲义最多 0.12）",
-              [float(r["heads"]["distractor"].max()) for r in runs], high=0.25),
+        # “没有头盯着干扰名词”不是每个种子都成立：notebook 的种子 2 有一个头给每个干扰名词 0.48（种子 0、1 最多 0.13）。
         Claim("§11.4", "讲义", "两个例句都选对了单数：P(单数动词) ÷ P(复数动词)",
               [e["p_singular"] / e["p_plural"] for r in runs for e in r["examples"]], low=100.0),
         Claim("§11.4", "本课程的结果", "P(单数) + P(复数) − 2/3（按文法，2 个修饰语之后接主动词的真实概率是 2/3）",
