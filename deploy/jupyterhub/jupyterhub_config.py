@@ -155,6 +155,17 @@ class CourseSpawner(LocalProcessSpawner):
             env["LECTURE07_COURSE_ROOT"] = str(self._home() / "lecture07")
         return env
 
+    def make_preexec_fn(self, name):
+        """助教的服务器（连同终端、内核、nbgrader）以 umask 002 运行：collect/grade 写出的文件组可写，几位助教共用课程目录。"""
+        preexec = super().make_preexec_fn(name)
+        if self._role() != "grader":
+            return preexec
+
+        def grader_preexec():
+            preexec()
+            os.umask(0o002)
+        return grader_preexec
+
     def _cgroups(self) -> list[tuple[Path, dict[str, str]]]:
         mem = int(self.mem_limit) if self.mem_limit else None
         cpu = self.cpu_limit
