@@ -273,6 +273,9 @@ def test_class_on_jupyterhub(hub):
             for n, page in pages.items():
                 _wait_lab(page, n)
             timings["login_spawn_4"] = time.monotonic() - t
+            # 没有“要不要接收 Jupyter 新闻”的弹窗：页面配置里 news 是关掉的（news_url=None，空字符串不算）
+            page_config = json.loads(pages[STUDENTS[0]].locator("#jupyter-config-data").text_content())
+            assert page_config.get("news", {}).get("disabled") is True, page_config.get("news")
 
             # 资源限制确实加在了学生的服务器上
             for name in STUDENTS:
