@@ -1,7 +1,7 @@
 # 第 7 讲课程仓库的全部命令。新机器上只需要：
 #   make lab    —— 装好一切，检查环境，打开 JupyterLab
 #   make test   —— 装好一切，跑全部测试（CI 也用它：.ci/run）
-#   make hub    —— 在本机起一个试用的 JupyterHub（要 root；见 README“在 JupyterHub 上开课”）
+#   make hub    —— 在本机起一个试用的 JupyterHub（要 root；只听 127.0.0.1；make hub-clean 删掉它建的用户；见 README“在 JupyterHub 上开课”）
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
@@ -12,7 +12,7 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 # 小模型在 CPU 上单线程更快，也避免两个测试进程抢同一个核
 export OMP_NUM_THREADS ?= 1
 
-.PHONY: setup system-deps hub-deps hub lab test test-fast nbval notebooks artifact release bench grade grade-demo clean-student-data stamp-badges
+.PHONY: setup system-deps hub-deps hub hub-clean lab test test-fast nbval notebooks artifact release bench grade grade-demo clean-student-data stamp-badges
 
 setup: $(STAMP)
 
@@ -37,7 +37,8 @@ system-deps:
 		|| echo "警告：没能安装 chromium / bubblewrap / postgresql，浏览器测试和 PostgreSQL gradebook 的测试将被跳过"; \
 	else echo "提示：请安装 chromium、bubblewrap 和 postgresql（Debian：apt-get install chromium bubblewrap postgresql）"; fi
 
-# JupyterHub 的代理 configurable-http-proxy（npm 包，装在 .venv/chp/）；没有 npm 时以 root 用 apt 装 nodejs、npm。
+# JupyterHub 的代理 configurable-http-proxy（npm 包，装在 .venv/chp/）；没有 npm 时以 root 用 apt 装 nodejs，
+# 装完仍没有 npm 才装 npm（NodeSource 的 nodejs 自带 npm，和 Debian 的 npm 包冲突）。
 # jupyterhub 本身是 pip 包（deploy/jupyterhub/requirements.txt，由 requirements-dev.txt 引入）。
 CHP_VERSION := 4.6.3
 CHP := $(VENV)/chp/node_modules/.bin/configurable-http-proxy
@@ -45,16 +46,23 @@ hub-deps: setup
 	@if [ -x $(CHP) ]; then :; \
 	else \
 		if ! command -v npm >/dev/null && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-			(apt-get update -qq && apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null) || true; fi; \
+			apt-get update -qq || true; \
+			command -v node >/dev/null || apt-get install -y -qq --no-install-recommends nodejs >/dev/null || true; \
+			command -v npm >/dev/null || apt-get install -y -qq --no-install-recommends npm >/dev/null || true; fi; \
 		if command -v npm >/dev/null; then \
 			npm install --prefix $(VENV)/chp --no-audit --no-fund --loglevel=error configurable-http-proxy@$(CHP_VERSION) >/dev/null \
 			|| echo "警告：没能安装 configurable-http-proxy，JupyterHub 的测试将被跳过"; \
 		else echo "提示：请安装 Node.js 和 npm（Debian：apt-get install nodejs npm），再运行 make hub-deps"; fi; \
 	fi
 
-# 在本机起一个试用的 JupyterHub：建 instructor1、student1..3 和评分组，dummy 认证（要 root）
+# 在本机起一个试用的 JupyterHub：建 instructor1、student1..3 和评分组，dummy 认证（要 root）。
+# 只监听 127.0.0.1；要让别的机器连上：make hub HUB_ARGS=--public（密码是公开的，只在可信网络里用）
 hub: setup hub-deps
 	$(PY) deploy/jupyterhub/local_hub.py $(HUB_ARGS)
+
+# 试用完：删掉 make hub 新建的用户（连同家目录）、组、/srv/lecture07-try 和 cgroup（已有的用户不动）
+hub-clean:
+	$(PY) deploy/jupyterhub/local_hub.py --clean $(HUB_ARGS)
 
 # 全部测试：lib 的单元测试、练习的往返、评分流水线、浏览器测试、notebook 的 nbval。
 # 两个 pytest 进程并行（CI 有 2 个核，大部分测试单线程）；--dist loadscope 让同一个 notebook、同一个测试文件

@@ -29,6 +29,7 @@ import pwd
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -90,7 +91,7 @@ def _user_procs(name: str) -> list[int]:
 
 
 def _as_instructor(env: dict, *args: str, user: str = INSTRUCTOR, group: str = GROUP,
-                   timeout: int = 600) -> subprocess.CompletedProcess:
+                   timeout: int = 600, umask: int = -1) -> subprocess.CompletedProcess:
     """以教师的系统用户在课程目录里运行命令（就像教师在 hub 的终端里运行）。"""
     entry = pwd.getpwnam(user)
     venv_bin = str(Path(sys.prefix) / "bin")
@@ -102,7 +103,7 @@ def _as_instructor(env: dict, *args: str, user: str = INSTRUCTOR, group: str = G
                "LECTURE07_COURSE_ROOT": env["LECTURE07_HUB_COURSE_ROOT"]}
     return subprocess.run(list(args), cwd=env["LECTURE07_HUB_COURSE_ROOT"], env=run_env, user=entry.pw_uid,
                           group=entry.pw_gid, extra_groups=[grp.getgrnam(group).gr_gid], capture_output=True,
-                          text=True, timeout=timeout)
+                          text=True, timeout=timeout, umask=umask)
 
 
 @pytest.fixture(scope="module")
@@ -117,6 +118,7 @@ def system_users():
         if not shutil.which(tool):
             pytest.skip(f"没有 {tool}（Debian：apt-get install passwd util-linux）")
     changed = local_hub.make_traversable(local_hub.venv_python(), DEPLOY / "jupyter-config", Path(CHROMIUM))
+    changed += local_hub.hide_private(REPO_ROOT)  # 和 make hub 一样：学生走得进仓库的 .venv，但读不到答案
     try:
         yield
     finally:
@@ -271,6 +273,9 @@ def test_class_on_jupyterhub(hub):
             for n, page in pages.items():
                 _wait_lab(page, n)
             timings["login_spawn_4"] = time.monotonic() - t
+            # 没有“要不要接收 Jupyter 新闻”的弹窗：页面配置里 news 是关掉的（news_url=None，空字符串不算）
+            page_config = json.loads(pages[STUDENTS[0]].locator("#jupyter-config-data").text_content())
+            assert page_config.get("news", {}).get("disabled") is True, page_config.get("news")
 
             # 资源限制确实加在了学生的服务器上
             for name in STUDENTS:
@@ -286,6 +291,15 @@ def test_class_on_jupyterhub(hub):
                 assert "prlimit --nproc=512 --as=2147483648" in line, line
                 if "lecture07/" in line:  # cgroup 可写时：服务器在这名学生自己的 cgroup 里
                     assert f"lecture07/{name}" in Path(f"/proc/{server[0]}/cgroup").read_text(), line
+
+            # 助教的服务器以 umask 002 运行（collect/grade 写的文件组可写，几位助教共用课程目录）；学生的不变
+            def umask(name):
+                pid = next(pid for pid in _user_procs(name)
+                           if b"jupyterhub-singleuser" in Path(f"/proc/{pid}/cmdline").read_bytes())
+                return next(x.split()[1] for x in Path(f"/proc/{pid}/status").read_text().splitlines()
+                            if x.startswith("Umask:"))
+            assert umask(INSTRUCTOR) == "0002"
+            assert all(umask(name) != "0002" for name in STUDENTS)
 
             # formgrader：学生没有，教师有
             for name in STUDENTS:
@@ -431,6 +445,64 @@ def course(system_users):
         shutil.rmtree(base, ignore_errors=True)
 
 
+def _as_student(name: str, *args: str, cwd: str = "/") -> subprocess.CompletedProcess:
+    entry = pwd.getpwnam(name)
+    return subprocess.run(list(args), cwd=cwd, user=entry.pw_uid, group=entry.pw_gid, extra_groups=[],
+                          env={"HOME": entry.pw_dir, "PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"},
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_students_cannot_read_answers(course):
+    """学生（同一个 system_users 的权限：走得进仓库的 .venv）读不到答案、隐藏测试和 git 历史，但读得到 lib/ 和 Python。"""
+    student = EX_STUDENTS[0]
+    root = Path(course["LECTURE07_HUB_COURSE_ROOT"])
+    solution = next((REPO_ROOT / "solutions").rglob("*.ipynb"))
+    hidden = next((REPO_ROOT / "source").rglob("*.ipynb"))
+    for path in [root / "source", root / "solutions", root / "gradebook.db", solution, hidden,
+                 root / solution.relative_to(REPO_ROOT), REPO_ROOT / ".git", REPO_ROOT / "tests" / "test_hub.py"]:
+        r = _as_student(student, "cat", str(path))
+        assert r.returncode != 0, f"学生 {student} 读到了 {path}"
+        if path.is_dir():
+            r = _as_student(student, "ls", str(path))
+            assert r.returncode != 0, f"学生 {student} 列出了 {path}：{r.stdout[:200]}"
+    if shutil.which("git"):
+        rel = solution.relative_to(REPO_ROOT).as_posix()
+        r = _as_student(student, "git", "-c", f"safe.directory={REPO_ROOT}", "-C", str(REPO_ROOT), "show", f"HEAD:{rel}")
+        assert r.returncode != 0 and "nbgrader" not in r.stdout, f"学生 {student} 用 git 读到了 {rel}"
+    # 要用的还读得到：课程代码和 venv 的 Python（不然上面的“读不到”什么也说明不了）
+    assert _as_student(student, "cat", str(Path(course["LECTURE07_HUB_LIB"]) / "transformer.py")).returncode == 0
+    r = _as_student(student, str(local_hub.venv_python()), "-c", "import torch, jupyterhub; print('ok')")
+    assert r.returncode == 0 and "ok" in r.stdout, r.stderr[-1000:]
+
+
+def test_second_grader_writes_gradebook(course):
+    """两位助教共用课程目录：以 hub 给助教服务器的 umask 002（test_class_on_jupyterhub 检查 hub 确实这样设），
+    一位助教建的 gradebook.db 另一位也能写。"""
+    root = Path(course["LECTURE07_HUB_COURSE_ROOT"])
+    second = f"{PREFIX}x2g"
+    subprocess.run(["useradd", "--create-home", "--home-dir", str(root.parent / "home" / second),
+                    "--groups", EX_GROUP, second], check=True, capture_output=True)
+    db = root / "gradebook.db"
+    existed = db.exists()
+    try:
+        nbgrader = str(Path(sys.prefix) / "bin" / "nbgrader")
+        a = _as_instructor(course, nbgrader, "db", "student", "add", "ta1-added", user=EX_INSTRUCTOR, group=EX_GROUP,
+                           umask=0o002)
+        assert a.returncode == 0, a.stdout + a.stderr
+        assert db.stat().st_mode & 0o060 == 0o060 and db.stat().st_gid == grp.getgrnam(EX_GROUP).gr_gid
+        b = _as_instructor(course, nbgrader, "db", "student", "add", "ta2-added", user=second, group=EX_GROUP,
+                           umask=0o002)
+        assert b.returncode == 0, b.stdout + b.stderr
+        listing = _as_instructor(course, nbgrader, "db", "student", "list", user=second, group=EX_GROUP)
+        assert "ta1-added" in listing.stdout and "ta2-added" in listing.stdout, listing.stdout + listing.stderr
+    finally:
+        subprocess.run(["userdel", "--remove", second], capture_output=True)
+        if existed:
+            open(db, "w").close()  # 同一个 course 的交换测试从空的 gradebook 开始（清空，属主和 660 不变）
+        elif db.exists():
+            db.unlink()
+
+
 def _as_ex_instructor(env, *args):
     return _as_instructor(env, str(Path(sys.prefix) / "bin" / "nbgrader"), *args, user=EX_INSTRUCTOR, group=EX_GROUP)
 
@@ -476,3 +548,31 @@ def test_twenty_students_submit_at_once(course):
         others = [o for o in EX_STUDENTS if o != s and f"MARK-{o}-" in text]
         assert not others, f"{s} 的提交里有别人的标记：{others}"
     print(f"{N} 名学生同时各提交两次：{elapsed:.1f} 秒（取作业 + 提交，在负载很高的 2 核机器上）")
+
+
+def test_clean_removes_only_what_make_hub_created(system_users):
+    """make hub-clean（local_hub.py --clean）删掉试用新建的用户、组和 BASE；已有的用户 make hub 不改、clean 也不删。"""
+    base = Path(tempfile.mkdtemp(prefix="l07clean-", dir="/tmp"))
+    old, new, ta, group = f"{PREFIX}cold", f"{PREFIX}cnew", f"{PREFIX}cta", f"{PREFIX}c-graders"
+    subprocess.run(["useradd", "--create-home", "--home-dir", str(base / "home" / old), old], check=True)
+    try:
+        os.chmod(base / "home" / old, 0o751)
+        local_hub.prepare(base / "try", [old, new], [ta], homes=base / "home", graders_group=group)
+        assert stat.S_IMODE((base / "home" / old).stat().st_mode) == 0o751  # 已有用户的家目录没被改
+        assert stat.S_IMODE((base / "home" / new).stat().st_mode) == 0o700
+        assert (base / "home" / new / "lib").resolve() == base / "try" / "lib"  # 建账号时就有 ~/lib
+        assert local_hub.clean(base / "try") == 0
+        for name, kept in [(old, True), (new, False), (ta, False)]:
+            try:
+                pwd.getpwnam(name)
+                assert kept, f"{name} 应该被删掉"
+            except KeyError:
+                assert not kept, f"已有的用户 {name} 被删掉了"
+        with pytest.raises(KeyError):
+            grp.getgrnam(group)
+        assert not (base / "try").exists()
+    finally:
+        for name in (old, new, ta):
+            subprocess.run(["userdel", "--remove", name], capture_output=True)
+        subprocess.run(["groupdel", group], capture_output=True)
+        shutil.rmtree(base, ignore_errors=True)

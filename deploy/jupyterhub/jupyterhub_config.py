@@ -104,7 +104,8 @@ c.Spawner.cpu_limit = float(setting("CPU_LIMIT", "1"))
 NPROC = int(setting("NPROC", "512"))
 c.Spawner.cmd = [str(Path(VENV) / "bin" / "jupyterhub-singleuser")]
 c.Spawner.default_url = "/lab"
-c.Spawner.args = ["--LabApp.news_url=", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]
+# news_url=None（不是空字符串）才关掉“要不要接收 Jupyter 新闻”的弹窗：LabApp 只在 news_url is None 时设 news.disabled
+c.Spawner.args = ["--LabApp.news_url=None", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]
 if setting("EXPOSE_APP", "") == "1":  # 只给测试用：让浏览器里的脚本读到 JupyterLab 的对象
     c.Spawner.args.append("--LabApp.expose_app_in_browser=True")
 c.Spawner.http_timeout = 120
@@ -154,6 +155,17 @@ class CourseSpawner(LocalProcessSpawner):
         if role == "grader":
             env["LECTURE07_COURSE_ROOT"] = str(self._home() / "lecture07")
         return env
+
+    def make_preexec_fn(self, name):
+        """助教的服务器（连同终端、内核、nbgrader）以 umask 002 运行：collect/grade 写出的文件组可写，几位助教共用课程目录。"""
+        preexec = super().make_preexec_fn(name)
+        if self._role() != "grader":
+            return preexec
+
+        def grader_preexec():
+            preexec()
+            os.umask(0o002)
+        return grader_preexec
 
     def _cgroups(self) -> list[tuple[Path, dict[str, str]]]:
         mem = int(self.mem_limit) if self.mem_limit else None

@@ -1,11 +1,16 @@
 """在本机起一个试用的 JupyterHub（`make hub`），tests/test_hub.py 也用这里的 prepare() 搭同样的环境。
 
-    sudo .venv/bin/python deploy/jupyterhub/local_hub.py [--base /srv/lecture07-try] [--port 8000]
+    sudo .venv/bin/python deploy/jupyterhub/local_hub.py [--base /srv/lecture07-try] [--port 8000] [--public]
+    sudo .venv/bin/python deploy/jupyterhub/local_hub.py --clean      # 删掉试用建的用户、组、BASE 和 cgroup（make hub-clean）
 
 要 root：LocalProcessSpawner 以每个学生自己的系统用户启动服务器。它做的事和正式开课时管理员做的一样：
 建系统用户（instructor1、student1..3，已有的不动）和评分组，把课程目录复制到 BASE/course
 （评分组可读写、setgid，学生不可读），建交换目录 BASE/exchange（1777），然后用 dummy 认证
 （密码见输出）在前台运行 jupyterhub -f deploy/jupyterhub/jupyterhub_config.py。Ctrl+C 停止。
+
+默认只监听 127.0.0.1（密码是公开的、学生有终端）；--public（或 LECTURE07_HUB_PUBLIC=1）才监听 0.0.0.0。
+运行期间仓库里的 .git、source/、solutions/、tests/ 去掉 other 的权限（学生的服务器要走进仓库的 .venv，
+但不能读到答案和隐藏测试），停止时改回。已有的系统用户一概不改（不改家目录权限、不加组）。
 """
 from __future__ import annotations
 
@@ -22,30 +27,69 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 COURSE_PARTS = ("lib", "release", "source", "solutions", "nbgrader_config.py", "pyproject.toml")
+# 学生绝不能读到的：git 历史（git show HEAD:solutions/...）、教师版、答案、测试里的参考答案、学生数据
+PRIVATE_PARTS = (".git", "source", "solutions", "tests", "submitted", "autograded", "feedback", "gradebook.db",
+                 ".grading", "grades.csv", "exports")
+CREATED = "created-by-local-hub.txt"  # BASE 下：试用时新建的用户和组，--clean 只删这些
 
 
-def ensure_group(name: str) -> int:
+def ensure_group(name: str, created: list[str] | None = None) -> int:
     try:
         return grp.getgrnam(name).gr_gid
     except KeyError:
         subprocess.run(["groupadd", name], check=True)
+        if created is not None:
+            created.append(f"group {name}")
         return grp.getgrnam(name).gr_gid
 
 
-def ensure_user(name: str, home: Path | None = None, groups: tuple[str, ...] = ()) -> pwd.struct_passwd:
-    """建系统用户（已有就只补组）。home=None 时用系统默认的 /home/NAME。"""
+def ensure_user(name: str, home: Path | None = None, groups: tuple[str, ...] = (),
+                created: list[str] | None = None, lib: Path | None = None) -> pwd.struct_passwd:
+    """建系统用户。已有的用户一概不动（不改家目录权限、不加组），只在缺组时提示。home=None 时用 /home/NAME。"""
     try:
-        pwd.getpwnam(name)
+        entry = pwd.getpwnam(name)
     except KeyError:
-        cmd = ["useradd", "--create-home", "--shell", "/bin/bash", "--user-group"]
-        if home is not None:
-            cmd += ["--home-dir", str(home)]
-        subprocess.run([*cmd, name], check=True)
-    for g in groups:
-        subprocess.run(["usermod", "--append", "--groups", g, name], check=True)
+        pass
+    else:
+        missing = [g for g in groups if name not in grp.getgrnam(g).gr_mem and grp.getgrnam(g).gr_gid != entry.pw_gid]
+        if missing:
+            print(f"注意：已有的用户 {name} 不在组 {'、'.join(missing)} 里；local_hub 不改已有的用户，"
+                  f"需要时请自己运行 usermod --append --groups {','.join(missing)} {name}", file=sys.stderr)
+        return entry
+    cmd = ["useradd", "--create-home", "--shell", "/bin/bash", "--user-group"]
+    if home is not None:
+        cmd += ["--home-dir", str(home)]
+    if groups:
+        cmd += ["--groups", ",".join(groups)]
+    subprocess.run([*cmd, name], check=True)
+    if created is not None:
+        created.append(f"user {name}")
     entry = pwd.getpwnam(name)
     os.chmod(entry.pw_dir, 0o700)  # 同学之间互相看不到对方的家目录（答案）
+    if lib is not None:  # 建账号时就有 ~/lib（不用等第一次登录；hub 启动服务器时也会补上）
+        link = Path(entry.pw_dir) / "lib"
+        if not link.exists() and not link.is_symlink():
+            os.symlink(lib, link)
+            os.lchown(link, entry.pw_uid, entry.pw_gid)
     return entry
+
+
+def hide_private(repo: Path = REPO) -> list[tuple[Path, int]]:
+    """去掉仓库里 PRIVATE_PARTS 的 other 权限（不递归：进不了顶层就读不到里面）。返回改动，restore_modes() 改回。
+
+    make_traversable() 给仓库的上级目录加了 o+x，学生就能走进仓库；没有这一步，git 克隆的默认权限（755/644）
+    让学生读到 solutions/、source/ 的隐藏测试和 .git（git show HEAD:solutions/...）。
+    """
+    changed = []
+    for part in PRIVATE_PARTS:
+        p = repo / part
+        if not p.exists() or p.is_symlink():
+            continue
+        mode = stat.S_IMODE(p.stat().st_mode)
+        if mode & 0o007:
+            os.chmod(p, mode & ~0o007)
+            changed.append((p, mode))
+    return changed
 
 
 def make_traversable(*paths: Path) -> list[tuple[Path, int]]:
@@ -82,11 +126,18 @@ def prepare(base: Path, students: list[str], instructors: list[str], *, homes: P
     """搭好课程目录、交换目录和用户；返回启动 hub 要的环境变量（LECTURE07_HUB_*）。"""
     base.mkdir(parents=True, exist_ok=True)
     os.chmod(base, 0o755)
-    gid = ensure_group(graders_group)
-    for name in instructors:
-        ensure_user(name, homes / name if homes else None, (graders_group,))
-    for name in students:
-        ensure_user(name, homes / name if homes else None)
+    lib = base / "lib"
+    created: list[str] = []
+    try:
+        gid = ensure_group(graders_group, created)
+        for name in instructors:
+            ensure_user(name, homes / name if homes else None, (graders_group,), created, lib)
+        for name in students:
+            ensure_user(name, homes / name if homes else None, (), created, lib)
+    finally:
+        if created:
+            with open(base / CREATED, "a", encoding="utf-8") as f:
+                f.writelines(line + "\n" for line in created)
     owner = pwd.getpwnam(instructors[0]).pw_uid
     # 课程目录：评分组共享（setgid，组可写），其他人不可进（里面有隐藏测试、gradebook 和学生的提交）
     course = base / "course"
@@ -105,8 +156,14 @@ def prepare(base: Path, students: list[str], instructors: list[str], *, homes: P
         for f in filenames:
             os.chown(os.path.join(dirpath, f), owner, gid)
             os.chmod(os.path.join(dirpath, f), 0o660)
+    # gradebook.db 先建好（空文件就是空的 SQLite 库），组可写：SQLite 新建库文件固定用 0644、不看 umask，
+    # 让第一位助教来建，别的助教就写不进去；日志文件（-journal）沿用库文件的权限
+    gradebook = course / "gradebook.db"
+    if not gradebook.exists():
+        gradebook.touch()
+        os.chown(gradebook, owner, gid)
+        os.chmod(gradebook, 0o660)
     # 学生导入的课程代码：只读的一份 lib/
-    lib = base / "lib"
     if not lib.exists():
         shutil.copytree(REPO / "lib", lib, ignore=shutil.ignore_patterns("__pycache__"))
     # nbgrader 的交换目录：全体可写，带粘滞位（nbgrader 自己再建 inbound 2733、outbound 755、feedback 711）
@@ -135,6 +192,41 @@ def prepare(base: Path, students: list[str], instructors: list[str], *, homes: P
     }
 
 
+def clean(base: Path) -> int:
+    """删掉试用时 local_hub 新建的用户（连同家目录）、组、BASE 和 hub 的 cgroup；已有的用户不动。"""
+    record = base / CREATED
+    lines = record.read_text(encoding="utf-8").split() if record.exists() else []
+    entries = list(zip(lines[::2], lines[1::2]))
+    for kind, name in entries:
+        if kind == "user":
+            subprocess.run(["pkill", "-KILL", "-u", name], capture_output=True)  # 这个用户的进程（按 uid）
+            r = subprocess.run(["userdel", "--remove", name], capture_output=True, text=True)
+            print(f"删除用户 {name}：{'好' if r.returncode == 0 else r.stderr.strip()}")
+    for kind, name in entries:
+        if kind == "group":
+            r = subprocess.run(["groupdel", name], capture_output=True, text=True)
+            print(f"删除组 {name}：{'好' if r.returncode == 0 else r.stderr.strip()}")
+    for root in (Path("/sys/fs/cgroup"), *Path("/sys/fs/cgroup").glob("*")):
+        cg = root / "lecture07"
+        if cg.is_dir():
+            for child in sorted(cg.glob("*/"), reverse=True):
+                try:
+                    child.rmdir()
+                except OSError as e:
+                    print(f"cgroup {child} 没删掉：{e}", file=sys.stderr)
+            try:
+                cg.rmdir()
+                print(f"删除 cgroup {cg}")
+            except OSError as e:
+                print(f"cgroup {cg} 没删掉：{e}", file=sys.stderr)
+    if base.exists():
+        shutil.rmtree(base)
+        print(f"删除 {base}")
+    if not entries:
+        print(f"{record} 里没有记录：没有删用户和组（只删 local_hub 自己建的）")
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description="在本机起一个试用的 JupyterHub（要 root）")
     ap.add_argument("--base", default="/srv/lecture07-try", help="课程目录、交换目录和 hub 数据放在这里")
@@ -142,17 +234,25 @@ def main() -> int:
     ap.add_argument("--students", default="student1,student2,student3")
     ap.add_argument("--instructors", default="instructor1")
     ap.add_argument("--password", default="lecture07")
+    ap.add_argument("--public", action="store_true", default=os.environ.get("LECTURE07_HUB_PUBLIC") == "1",
+                    help="监听 0.0.0.0（别的机器也能连上）；默认只监听 127.0.0.1。也可以 LECTURE07_HUB_PUBLIC=1")
+    ap.add_argument("--clean", action="store_true", help="删掉试用建的用户、组、BASE 目录和 cgroup，然后退出")
     args = ap.parse_args()
     if os.geteuid() != 0:
         print("要以 root 运行：hub 要替每个用户（系统用户）启动服务器。例如：sudo make hub", file=sys.stderr)
         return 2
+    if args.clean:
+        return clean(Path(args.base))
     students, instructors = args.students.split(","), args.instructors.split(",")
     env = prepare(Path(args.base), students, instructors, password=args.password)
-    changed = make_traversable(venv_python(), HERE)
+    changed = make_traversable(venv_python(), HERE) + hide_private()
     if changed:
-        print("临时给这些目录加了 o+x（学生的服务器要走到 venv 的 Python），hub 停止时改回：",
-              "、".join(str(p) for p, _ in changed))
-    env["LECTURE07_HUB_URL"] = f"http://0.0.0.0:{args.port}"
+        print("临时改了这些路径的权限（上级目录加 o+x：学生的服务器要走到 venv 的 Python；答案、隐藏测试和 .git "
+              "去掉 other 权限），hub 停止时改回：", "、".join(str(p) for p, _ in changed))
+    env["LECTURE07_HUB_URL"] = f"http://{'0.0.0.0' if args.public else '127.0.0.1'}:{args.port}"
+    if args.public:
+        print(f"警告：hub 监听 0.0.0.0:{args.port}，网络上的任何人都能用公开的密码 {args.password!r} 登录，"
+              "并在终端里以这些用户运行命令。只在可信的网络里这样做，用完 Ctrl+C。", file=sys.stderr)
     print(f"JupyterHub：http://127.0.0.1:{args.port}/  密码都是 {args.password!r}（dummy 认证，只用于试用）")
     print(f"  学生：{'、'.join(students)}；教师：{'、'.join(instructors)}（课程目录 {env['LECTURE07_HUB_COURSE_ROOT']}）")
     print("  教师发布作业：在 hub 的终端里 cd ~/lecture07 && nbgrader release_assignment exercises")
