@@ -80,7 +80,7 @@ def transformer_block_figure():
 
 
 def multihead_figure(d: int = 12, n_heads: int = 3, T: int = 5):
-    """§6.2：多头注意力把 Q、K、V 的 d 列切成 h 份，每个头各做一次注意力，再拼回 d 列乘 W^O。"""
+    """§6.2：多头注意力把 Q、K、V 的 d 列切成 h 份，每个头（编号 ℓ = 1, …, h）各做一次注意力，再拼回 d 列乘 W^O。"""
     hs = d // n_heads
     fig, ax = plt.subplots(figsize=(11, 4.2))
     s = 0.18  # 每个矩阵元素画成 s × s 的小格
@@ -96,9 +96,9 @@ def multihead_figure(d: int = 12, n_heads: int = 3, T: int = 5):
 
     heads = HEAD_COLORS[:n_heads]
     right, mid = matrix(0.0, 1.4, T, d, None, f"$X$: $T \\times d$\n$({T} \\times {d})$")
-    _arrow(ax, (right + 0.05, mid), (right + 0.75, mid))
-    ax.text(right + 0.4, mid + 0.3, "$W^Q, W^K, W^V$", ha="center", va="bottom", fontsize=8)
-    x_q = right + 0.85
+    _arrow(ax, (right + 0.05, mid), (right + 1.15, mid))  # 箭头够长，标注不压到 Q 的方框上
+    ax.text(right + 0.6, mid + 0.08, "$W^Q, W^K, W^V$", ha="center", va="bottom", fontsize=8)
+    x_q = right + 1.25
     right, _ = matrix(x_q, 1.4, T, d, heads, f"$Q$ (and $K$, $V$): $T \\times d$\nsplit into $h = {n_heads}$ heads of $d/h = {hs}$")
     x_att = right + 1.2
     for i in range(n_heads):  # 每个头：自己的 hs 列 → 一张 T × T 的注意力图 → T × hs 的输出
@@ -107,7 +107,7 @@ def multihead_figure(d: int = 12, n_heads: int = 3, T: int = 5):
         weights = np.random.default_rng(i).dirichlet(np.ones(T), T)  # 示意用的随机权重，每行和为 1
         ax.imshow(weights, cmap="Greys", extent=(x_att, x_att + T * s, y, y + T * s), vmin=0, vmax=1)
         ax.add_patch(Rectangle((x_att, y), T * s, T * s, fill=False, ec=heads[i], lw=2))
-        ax.text(x_att + T * s + 0.1, y + T * s / 2, f"head {i + 1}:\n" + r"softmax$(Q_i K_i^\top/\sqrt{d/h})\,V_i$",
+        ax.text(x_att + T * s + 0.1, y + T * s / 2, f"head {i + 1}:\n" + rf"softmax$(Q_{i + 1} K_{i + 1}^\top/\sqrt{{d/h}})\,V_{i + 1}$",
                 ha="left", va="center", fontsize=8)
     x_cat = x_att + 3.4
     ax.text(x_att + T * s / 2, -0.05, f"$h$ weight maps, each $T \\times T$", ha="center", va="top", fontsize=9)

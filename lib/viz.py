@@ -40,8 +40,12 @@ class Table:
 
 
 def show_heatmaps(matrices, row_labels=None, col_labels=None, titles=None, ncols: int = 4,
-                  cmap: str = "viridis", vmin=0.0, vmax=None, figsize_per=(3.0, 3.0), suptitle=None):
-    """把若干个注意力矩阵画成一排热图（行 = 查询，列 = 键）。返回 matplotlib 的 Figure。"""
+                  cmap: str = "viridis", vmin=0.0, vmax=None, figsize_per=(3.0, 3.0), suptitle=None,
+                  xlabel=None, ylabel=None):
+    """把若干个注意力矩阵画成一排热图（行 = 查询，列 = 键）。返回 matplotlib 的 Figure。
+
+    xlabel、ylabel：每张图的横轴（列）和纵轴（行）的名字；vmax=None 时每张图各用自己的色标。
+    """
     import matplotlib.pyplot as plt
     import numpy as np
 
@@ -62,6 +66,10 @@ def show_heatmaps(matrices, row_labels=None, col_labels=None, titles=None, ncols
             ax.set_xticks(range(len(col_labels)), col_labels, rotation=90, fontsize=7)
         if row_labels is not None:
             ax.set_yticks(range(len(row_labels)), row_labels, fontsize=7)
+        if xlabel:
+            ax.set_xlabel(xlabel, fontsize=8)
+        if ylabel:
+            ax.set_ylabel(ylabel, fontsize=8)
         fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
     if suptitle:
         fig.suptitle(suptitle)

@@ -29,3 +29,19 @@ def test_multihead_figure_follows_its_arguments():
     texts = " ".join(t.get_text() for t in fig.findobj(matplotlib.text.Text))
     assert "h = 2" in texts and "head 2" in texts and "head 3" not in texts
     plt.close(fig)
+
+
+def test_multihead_figure_projection_label_clears_the_boxes_and_heads_count_from_one():
+    from matplotlib.patches import Rectangle
+
+    fig = diagrams.multihead_figure(d=12, n_heads=3)
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    ax = fig.axes[0]
+    label = next(t for t in ax.texts if "W^Q" in t.get_text()).get_window_extent(renderer)
+    boxes = [p for p in ax.patches if isinstance(p, Rectangle) and not p.get_fill()]
+    assert boxes and not [p for p in boxes if p.get_window_extent(renderer).overlaps(label)], "W^Q, W^K, W^V 的标注不压在方框上"
+    heads = [t.get_text() for t in ax.texts if t.get_text().startswith("head ")]
+    assert [h.split(":")[0] for h in heads] == ["head 1", "head 2", "head 3"]
+    assert all(f"Q_{i}" in h and f"V_{i}" in h for i, h in enumerate(heads, start=1)), "公式里的下标和头的编号一致"
+    plt.close(fig)

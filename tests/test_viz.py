@@ -70,3 +70,24 @@ def test_draw_rotation_draws_arrows_and_arcs_of_the_given_angles():
     assert len(ax.patches) == 2 and sum(1 for c in ax.get_children() if type(c).__name__ == "Annotation") == 4
     assert ax.get_xlim() == (-2.0, 2.0) and ax.get_title() == "t"
     plt.close(fig)
+
+
+def test_show_heatmaps_labels_axes_and_can_share_a_colour_scale():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from lib.viz import show_heatmaps
+
+    fig = show_heatmaps([[[0.2, 0.8], [0.5, 0.5]], [[0.1, 0.3], [0.0, 0.2]]], vmax=1.0,
+                        xlabel="source position (key)", ylabel="decoder input (query)")
+    images = [ax for ax in fig.axes if ax.images]
+    assert [ax.get_xlabel() for ax in images] == ["source position (key)"] * 2
+    assert [ax.get_ylabel() for ax in images] == ["decoder input (query)"] * 2
+    assert {ax.images[0].get_clim() for ax in images} == {(0.0, 1.0)}, "vmax 给定时两张图共用一个色标"
+    plt.close(fig)
+    fig = show_heatmaps([[[0.2, 0.8]], [[0.1, 0.3]]])
+    assert len({ax.images[0].get_clim() for ax in fig.axes if ax.images}) == 2, "不给 vmax：各用自己的色标"
+    assert all(ax.get_xlabel() == "" for ax in fig.axes if ax.images)
+    plt.close(fig)
