@@ -124,7 +124,7 @@ def _grade(course: Path, subs: Path, fork_server: bool) -> list[dict]:
     finally:
         os.chdir(cwd)
     with open(course / "grades.csv", encoding="utf-8", newline="") as f:
-        return list(csv.DictReader(f))
+        return [r for r in csv.DictReader(f) if r["status"] != "missing"]  # 没交的 notebook 各占一行 missing（issue 20 §6）
 
 
 def _feedback(course: Path) -> dict:
