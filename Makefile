@@ -66,10 +66,11 @@ hub-clean:
 
 # 全部测试：lib 的单元测试、练习的往返、评分流水线、浏览器测试、notebook 的 nbval。
 # 两个 pytest 进程并行（CI 有 2 个核，大部分测试单线程）；--dist loadscope 让同一个 notebook、同一个测试文件
-# 的测试留在同一个进程里（nbval 按顺序执行一个 notebook 的单元格，模块级的 fixture 只建一次）。
+# 的测试留在同一个进程里（nbval 按顺序执行一个 notebook 的单元格，模块级的 fixture 只建一次）；
+# --no-loadscope-reorder：按 conftest.py 排好的顺序发活，最慢的文件先开始。--durations 打印时间花在哪里。
 test: setup system-deps hub-deps
 	$(PY) -m lib.check_env --quiet
-	$(PY) -m pytest -n 2 --dist loadscope --durations=25
+	$(PY) -m pytest -n 2 --dist loadscope --no-loadscope-reorder --durations=25
 
 # 只跑快的：不执行 notebook、不开浏览器
 test-fast: setup
@@ -79,10 +80,16 @@ test-fast: setup
 notebooks: setup
 	CI=true $(PY) -m lib.tools.run_notebooks notebooks/*.ipynb
 
-# notebook 11 随仓库发布的权重（artifacts/11_mini_gpt/）：改了 lib 里的模型、训练循环或 toy_language.py 之后，
-# 快速测试 test_shipped_weights_match_the_code 会失败，直到运行它（CPU 上两个进程训练 21 个模型），再提交
+# 随仓库发布的训练结果：notebook 11 的权重（artifacts/11_mini_gpt/）和 notebook 07、09 的训练结果
+# （artifacts/07_transformer_block/、artifacts/09_training_details/，见 lib/shipped.py）。改了 lib 里的模型、
+# 训练循环、toy_language.py / toy_tasks.py 或 notebook 里的训练单元格之后，快速测试 test_shipped_weights_match_the_code
+# 或 nbval（“刚在这台机器上训练完”那一行）会失败，直到运行它，再提交。
+SHIPPED_NOTEBOOKS := notebooks/07_transformer_block.ipynb notebooks/09_training_details.ipynb
 artifact: setup
 	$(PY) -m lib.experiments --write-artifact
+	rm -f artifacts/07_transformer_block/results.json artifacts/09_training_details/results.json
+	COURSE_WRITE_RESULTS=1 CI=true $(PY) -m lib.tools.run_notebooks $(SHIPPED_NOTEBOOKS)
+	CI=true $(PY) -m lib.tools.run_notebooks $(SHIPPED_NOTEBOOKS)
 
 # 用 nbgrader 从 source/ 重新生成 release/ 和 solutions/
 release: setup

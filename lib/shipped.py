@@ -1,0 +1,124 @@
+"""随仓库发布的训练结果：notebook 07、09 里耗时的训练，结果按“算出它的代码”存档（issue 24）。
+
+notebook 里的训练函数照常写在单元格里、学生照常读和改；调用时经过 ``ShippedResults.get``：
+
+    results = ShippedResults("07_transformer_block", retrain=RETRAIN)
+    runs = [results.get(run, variant, seed) for variant in VARIANTS for seed in SEEDS]
+    print(results.describe())
+
+每个结果的键是下面这些内容的 SHA-256：定义训练函数的那个单元格的全部源码、调用的参数（列表、张量按内容）、
+lib 里决定训练结果的代码（``experiments.code_fingerprint()`` 加 ``toy_tasks.py``）。文件
+``artifacts/<notebook>/results.json`` 里有这个键就直接用（在维护者的机器上算出的数，一个比特都不差）；
+没有（改了单元格、改了参数、改了 lib）或 ``retrain=True`` 就在这台机器上现场训练。所以：
+
+- 改了代码、没有重新生成，notebook 打印的来源会变成“刚训练完”，nbval 核对这一行时失败；
+- 结论在别的机器上是否成立，由 tests/ 在 notebook 没有展示的种子上重新训练来检查。
+
+重新生成：``make artifact``（以 ``COURSE_WRITE_RESULTS=1`` 执行 notebook：每个结果都现场训练并写进文件）。
+"""
+from __future__ import annotations
+
+import copy
+import functools
+import hashlib
+import inspect
+import json
+import linecache
+import os
+from pathlib import Path
+
+import torch
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+ARTIFACTS = REPO_ROOT / "artifacts"
+WRITE_ENV = "COURSE_WRITE_RESULTS"  # =1：每个结果都现场训练，写进 results.json（make artifact 用）
+
+
+@functools.lru_cache(maxsize=None)
+def lib_fingerprint() -> str:
+    """lib 里决定训练结果的代码的哈希：notebook 11 的权重用的指纹，加上 toy_tasks.py（notebook 06、07 的任务）。"""
+    from .experiments import _text, code_fingerprint
+
+    tasks = (Path(__file__).resolve().parent / "toy_tasks.py").read_text(encoding="utf-8")
+    return hashlib.sha256(code_fingerprint().encode() + _text(tasks)).hexdigest()[:12]
+
+
+def _cell_source(fn) -> str:
+    """定义 fn 的单元格（或模块）的全部源码：IPython 把每个单元格的源码放在 linecache 里。"""
+    lines = linecache.getlines(fn.__code__.co_filename)
+    source = "".join(lines) if lines else inspect.getsource(fn)
+    return source.replace("\r\n", "\n").strip() + "\n"  # IPython 在单元格末尾补的换行不算改动
+
+
+def _canonical(value):
+    """参数的可哈希形式：张量按内容（形状、类型、数值的哈希），列表、元组、字典逐项。"""
+    if isinstance(value, torch.Tensor):
+        data = value.detach().cpu().contiguous()
+        return {"tensor": [list(data.shape), str(data.dtype), hashlib.sha256(data.numpy().tobytes()).hexdigest()]}
+    if isinstance(value, (list, tuple)):
+        return [_canonical(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _canonical(v) for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))}
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    raise TypeError(f"训练函数的参数只能是数、字符串、列表、字典或张量，收到了 {type(value).__name__}")
+
+
+def _describe_call(fn, args, kwargs) -> str:
+    """给人看的一次调用，如 train_setting('post', 150, 0, <4800 项>, <500 项>)。"""
+    def short(v):
+        if isinstance(v, torch.Tensor):
+            return f"<张量 {tuple(v.shape)}>"
+        return f"<{len(v)} 项>" if isinstance(v, (list, tuple, dict)) and len(v) > 8 else repr(v)
+    parts = [short(a) for a in args] + [f"{k}={short(v)}" for k, v in (kwargs or {}).items()]
+    return f"{fn.__name__}({', '.join(parts)})"
+
+
+def result_key(fn, args=(), kwargs=None) -> str:
+    """一个结果的键（前 16 位）：单元格源码 + 函数名 + 参数 + lib 的指纹。"""
+    text = json.dumps({"cell": _cell_source(fn), "fn": fn.__name__,
+                       "args": _canonical(list(args)), "kwargs": _canonical(kwargs or {}),
+                       "lib": lib_fingerprint()}, sort_keys=True, ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+class ShippedResults:
+    """一个 notebook 的随仓库发布的训练结果（artifacts/<notebook>/results.json）。"""
+
+    def __init__(self, notebook: str, retrain: bool = False, directory: Path | None = None):
+        self.path = Path(directory or ARTIFACTS / notebook) / "results.json"
+        self.retrain = bool(retrain)
+        self.write = os.environ.get(WRITE_ENV) == "1"
+        self.stored = json.loads(self.path.read_text(encoding="utf-8")) if self.path.exists() else {}
+        self.counts = {"shipped": 0, "trained": 0}
+
+    def get(self, fn, *args, **kwargs):
+        """fn(*args, **kwargs) 的结果：文件里有同样的代码、同样的参数算出的结果就直接用，否则现场算。
+        结果必须能写成 JSON（数、字符串、列表、字典）；现场算的结果也经过一次 JSON，两条路给出同样的类型。"""
+        key = result_key(fn, args, kwargs)
+        if key in self.stored and not (self.retrain or self.write):
+            self.counts["shipped"] += 1
+            return copy.deepcopy(self.stored[key]["value"])
+        value = json.loads(json.dumps(fn(*args, **kwargs)))
+        self.counts["trained"] += 1
+        if self.write:
+            self.stored[key] = {"call": _describe_call(fn, args, kwargs), "value": value}
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            lines = [f"{json.dumps(k)}: {json.dumps(v, ensure_ascii=False)}" for k, v in sorted(self.stored.items())]
+            self.path.write_text("{\n" + ",\n".join(lines) + "\n}\n", encoding="utf-8")  # 一个结果一行
+        return value
+
+    def describe(self) -> str:
+        """一行话：上次 describe() 之后取的结果从哪里来（然后重新计数）。"""
+        n, self.counts = self.counts, {"shipped": 0, "trained": 0}
+        try:
+            where = self.path.relative_to(REPO_ROOT)
+        except ValueError:
+            where = self.path
+        parts = []
+        if n["shipped"]:
+            parts.append(f"{n['shipped']} 次训练的结果来自随仓库发布的 {where}"
+                         f"（在维护者的机器上训练；代码指纹 {lib_fingerprint()}）")
+        if n["trained"]:
+            parts.append(f"{n['trained']} 次刚在这台机器上训练完")
+        return "；".join(parts) or "还没有取任何结果"

@@ -1,0 +1,56 @@
+"""notebook 09 的训练结论在它没有展示的种子上也成立：在跑测试的这台机器上重新训练（issue 24）。
+
+notebook 09 展示的是随仓库发布的结果（lib/shipped.py，种子 0–2）。这里执行 notebook 自己的单元格（导入、数据、
+训练函数），用 notebook 的训练函数在种子 3 上训练，再执行 notebook 自己的断言单元格：检查的就是页面上的那几条结论，
+不是一份抄写。
+"""
+import linecache
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from lib.shipped import ShippedResults
+
+NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "09_training_details.ipynb"
+UNSEEN_SEED = 3
+
+
+def _run_cell(ns: dict, marker: str) -> None:
+    """执行 notebook 里第一个含有 marker 的代码单元格，像 IPython 一样把源码放进 linecache（结果的键要读它）。"""
+    cells = [c.source for c in nbformat.read(NOTEBOOK, as_version=4).cells if c.cell_type == "code"]
+    source = next((s for s in cells if marker in s), None)
+    assert source is not None, f"{NOTEBOOK.name} 里找不到含有 {marker!r} 的单元格：notebook 改了结构，请同步这个测试"
+    filename = f"<{NOTEBOOK.name}: {marker}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    exec(compile(source, filename, "exec"), ns)
+
+
+@pytest.fixture(scope="module")
+def notebook():
+    """notebook 的导入、数据和两个训练单元格执行之后的命名空间（种子 0–2 取随仓库发布的结果，很快）。"""
+    ns: dict = {}
+    for marker in ("from lib.shipped import ShippedResults", "n_train=4800", "def train_setting",
+                   "def train_with_smoothing"):
+        _run_cell(ns, marker)
+    assert isinstance(ns["shipped"], ShippedResults) and UNSEEN_SEED not in ns["SEEDS"]
+    return ns
+
+
+@pytest.mark.slow
+def test_warmup_claims_hold_on_a_seed_the_notebook_does_not_show(notebook):
+    ns = dict(notebook, SEEDS=(UNSEEN_SEED,))
+    runs = {(pos, w, UNSEEN_SEED): ns["train_setting"](pos, w, UNSEEN_SEED, ns["train"], ns["dev"])
+            for pos, w in ns["SETTINGS"]}
+    ns["history"] = {key: r["history"] for key, r in runs.items()}
+    ns["dev_ppl"] = {key: r["dev_ppl"] for key, r in runs.items()}
+    print({key: round(v, 2) for key, v in ns["dev_ppl"].items()})
+    _run_cell(ns, 'assert dev_ppl["post", 0, s] > 15')
+
+
+@pytest.mark.slow
+def test_label_smoothing_claims_hold_on_a_seed_the_notebook_does_not_show(notebook):
+    ns = dict(notebook, SEEDS=(UNSEEN_SEED,))
+    ns["smoothing"] = {(eps, UNSEEN_SEED): ns["smoothing_run"](eps, UNSEEN_SEED) for eps in (0.0, 0.1)}
+    print(ns["smoothing"])
+    _run_cell(ns, 'assert smooth["ppl"] > plain["ppl"] + 0.1')
