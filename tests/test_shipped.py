@@ -72,7 +72,7 @@ def test_changed_code_and_retrain_train_again_and_say_so(tmp_path, monkeypatch):
 
 def test_shipped_results_files_are_valid_and_small():
     paths = sorted(shipped.ARTIFACTS.glob("*/results.json"))
-    assert {p.parent.name for p in paths} == {"07_transformer_block", "09_training_details"}
+    assert {p.parent.name for p in paths} == {"07_transformer_block", "09_training_details", "12_modern_transformer"}
     for path in paths:
         stored = json.loads(path.read_text(encoding="utf-8"))
         assert stored and all(set(v) == {"call", "value"} for v in stored.values()), path
