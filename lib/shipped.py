@@ -6,12 +6,13 @@ notebook 里的训练函数照常写在单元格里、学生照常读和改；�
     runs = [results.get(run, variant, seed) for variant in VARIANTS for seed in SEEDS]
     print(results.describe())
 
-每个结果的键是下面这些内容的 SHA-256：定义训练函数的那个单元格的全部源码、调用的参数（列表、张量按内容）、
-lib 里决定训练结果的代码（``experiments.code_fingerprint()`` 加 ``toy_tasks.py``）。文件
+每个结果的键是下面这些内容的 SHA-256：训练函数的源码；它读到的、在 notebook 里定义的数据（按内容）和函数
+（按源码，再往下追）；调用的参数（列表、张量按内容）；lib 里训练用到的四个文件的全部源码（``LIB_FILES``）。文件
 ``artifacts/<notebook>/results.json`` 里有这个键就直接用（在维护者的机器上算出的数，一个比特都不差）；
 没有（改了单元格、改了参数、改了 lib）或 ``retrain=True`` 就在这台机器上现场训练。所以：
 
 - 改了代码、没有重新生成，notebook 打印的来源会变成“刚训练完”，nbval 核对这一行时失败；
+- 不追踪的：别的单元格改了 torch 的全局状态（如 ``torch.set_default_dtype``），以及不认识的对象的内容（只记类型）；
 - 结论在别的机器上是否成立，由 tests/ 在 notebook 没有展示的种子上重新训练来检查。
 
 重新生成：``make artifact``（以 ``COURSE_WRITE_RESULTS=1`` 执行 notebook：每个结果都现场训练并写进文件）。
@@ -19,11 +20,11 @@ lib 里决定训练结果的代码（``experiments.code_fingerprint()`` 加 ``to
 from __future__ import annotations
 
 import copy
-import functools
+import dataclasses
+import dis
 import hashlib
 import inspect
 import json
-import linecache
 import os
 from pathlib import Path
 
@@ -34,20 +35,57 @@ ARTIFACTS = REPO_ROOT / "artifacts"
 WRITE_ENV = "COURSE_WRITE_RESULTS"  # =1：每个结果都现场训练，写进 results.json（make artifact 用）
 
 
-@functools.lru_cache(maxsize=None)
+LIB_FILES = ("transformer.py", "rnn.py", "toy_language.py", "toy_tasks.py")  # notebook 里的训练用到的 lib 文件
+
+
 def lib_fingerprint() -> str:
-    """lib 里决定训练结果的代码的哈希：notebook 11 的权重用的指纹，加上 toy_tasks.py（notebook 06、07 的任务）。"""
-    from .experiments import _text, code_fingerprint
+    """lib 里训练用到的文件（LIB_FILES）的全部源码的哈希（前 12 位）。每次都重新读：改了 lib 立刻生效。"""
+    h = hashlib.sha256()
+    for name in LIB_FILES:
+        h.update(name.encode())
+        h.update((Path(__file__).resolve().parent / name).read_text(encoding="utf-8").replace("\r\n", "\n").encode())
+    return h.hexdigest()[:12]
 
-    tasks = (Path(__file__).resolve().parent / "toy_tasks.py").read_text(encoding="utf-8")
-    return hashlib.sha256(code_fingerprint().encode() + _text(tasks)).hexdigest()[:12]
+
+def _source(obj) -> str:
+    """notebook 里定义的函数或类的源码（IPython 把每个单元格的源码放在 linecache 里，inspect 从那里读）。"""
+    return inspect.getsource(obj).replace("\r\n", "\n").strip() + "\n"
 
 
-def _cell_source(fn) -> str:
-    """定义 fn 的单元格（或模块）的全部源码：IPython 把每个单元格的源码放在 linecache 里。"""
-    lines = linecache.getlines(fn.__code__.co_filename)
-    source = "".join(lines) if lines else inspect.getsource(fn)
-    return source.replace("\r\n", "\n").strip() + "\n"  # IPython 在单元格末尾补的换行不算改动
+def _code_names(code) -> set:
+    """一段代码（连同其中的推导式、lambda、内部函数）读的全局名字（不含属性名：.logits 不是全局的 logits）。"""
+    names = {ins.argval for ins in dis.get_instructions(code) if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME")}
+    for const in code.co_consts:
+        if inspect.iscode(const):
+            names |= _code_names(const)
+    return names
+
+
+def _dependencies(fn, seen: set) -> dict:
+    """fn 读到的、在 notebook 里定义的东西：数据按内容，函数和类按源码（再往下追它们读到的）。
+    模块和别处（lib、torch……）定义的函数不算：lib 由 lib_fingerprint() 管。"""
+    out = {}
+    for name in sorted(_code_names(fn.__code__)):
+        if name in seen or name not in fn.__globals__:
+            continue
+        seen.add(name)
+        value = fn.__globals__[name]
+        if inspect.ismodule(value):
+            continue
+        if inspect.isfunction(value) or inspect.isclass(value):
+            if getattr(value, "__module__", None) == "__main__":  # 在 notebook 里定义的
+                try:
+                    out[name] = {"source": _source(value)}
+                except (OSError, TypeError):  # Python 3.11 读不到 notebook 里定义的类的源码
+                    out[name] = {"class": value.__qualname__}
+                if inspect.isfunction(value):
+                    out[name]["uses"] = _dependencies(value, seen)
+            continue
+        try:
+            out[name] = _canonical(value)
+        except TypeError:
+            out[name] = {"type": f"{type(value).__module__}.{type(value).__qualname__}"}  # 不认识的对象：只记类型
+    return out
 
 
 def _canonical(value):
@@ -61,6 +99,8 @@ def _canonical(value):
         return {str(k): _canonical(v) for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))}
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {"dataclass": type(value).__name__, "fields": _canonical(dataclasses.asdict(value))}
     raise TypeError(f"训练函数的参数只能是数、字符串、列表、字典或张量，收到了 {type(value).__name__}")
 
 
@@ -75,8 +115,8 @@ def _describe_call(fn, args, kwargs) -> str:
 
 
 def result_key(fn, args=(), kwargs=None) -> str:
-    """一个结果的键（前 16 位）：单元格源码 + 函数名 + 参数 + lib 的指纹。"""
-    text = json.dumps({"cell": _cell_source(fn), "fn": fn.__name__,
+    """一个结果的键（前 16 位）：fn 的源码、fn 读到的 notebook 里的数据和函数、参数、lib 的指纹。"""
+    text = json.dumps({"fn": fn.__name__, "source": _source(fn), "uses": _dependencies(fn, {fn.__name__}),
                        "args": _canonical(list(args)), "kwargs": _canonical(kwargs or {}),
                        "lib": lib_fingerprint()}, sort_keys=True, ensure_ascii=False)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
@@ -99,6 +139,8 @@ class ShippedResults:
         if key in self.stored and not (self.retrain or self.write):
             self.counts["shipped"] += 1
             return copy.deepcopy(self.stored[key]["value"])
+        if not os.environ.get("CI"):  # 现场训练要几十秒：告诉学生在做什么（CI 里安静，和进度条一样）
+            print(f"在这台机器上训练 {_describe_call(fn, args, kwargs)} ……", flush=True)
         value = json.loads(json.dumps(fn(*args, **kwargs)))
         self.counts["trained"] += 1
         if self.write:
@@ -120,5 +162,9 @@ class ShippedResults:
             parts.append(f"{n['shipped']} 次训练的结果来自随仓库发布的 {where}"
                          f"（在维护者的机器上训练；代码指纹 {lib_fingerprint()}）")
         if n["trained"]:
-            parts.append(f"{n['trained']} 次刚在这台机器上训练完")
+            why = ("RETRAIN = True" if self.retrain else f"{WRITE_ENV}=1：重新生成随仓库发布的结果" if self.write
+                   else "代码、数据或参数和随仓库发布时不同")
+            parts.append(f"{n['trained']} 次刚在这台机器上训练完（{why}）")
+            if not self.write:
+                parts.append("页面文字里引用的数字来自随仓库发布的那次训练，你这里的表可能不同")
         return "；".join(parts) or "还没有取任何结果"

@@ -143,6 +143,16 @@ def test_nbgrader_submitted_layout_reads_timestamps(tmp_path):
     assert not rows_of(imp)                                                   # timestamp.txt 读了，不隔离
 
 
+def test_nbgrader_submitted_folder_with_one_student_keeps_the_student(tmp_path):
+    """submitted/ 里只有一个学生时，顶层文件夹就是学号：不能当成 zip 的公共外层去掉（否则全部进隔离区）。"""
+    d = lx.nbgrader_submitted(tmp_path / "course", [lx.Upload(S0, f"{NB}.ipynb", nb_bytes())], "exercises")
+    for given in (d, d / "submitted"):  # 课程目录，或 README 里的 --submissions submitted/
+        imp = imported(given)
+        assert imp.layout == "nbgrader"
+        assert set(graded(imp)) == {(S0.username, NB)}, given
+        assert not rows_of(imp)
+
+
 def test_id_name_folders_mac_zip_and_newest_file(tmp_path):
     z = lx.folders_zip(tmp_path / "mac.zip", [lx.Upload(S0, f"{NB}.ipynb", nb_bytes()),
                                               lx.Upload(S1, "01_attention_by_hand.ipynb", nb_bytes())])

@@ -29,7 +29,7 @@ def _run_cell(ns: dict, marker: str) -> None:
 @pytest.fixture(scope="module")
 def notebook():
     """notebook 的导入、两组零件和训练单元格执行之后的命名空间（种子 0–2 取随仓库发布的结果，很快）。"""
-    ns: dict = {}
+    ns: dict = {"__name__": "__main__"}  # 像 IPython 的单元格：定义的函数属于 __main__
     for marker in ("from lib.shipped import ShippedResults", "best_d_ff =", "def train_variant"):
         _run_cell(ns, marker)
     assert isinstance(ns["shipped"], ShippedResults) and UNSEEN_SEED not in ns["SEEDS"]

@@ -29,7 +29,7 @@ def _run_cell(ns: dict, marker: str) -> None:
 @pytest.fixture(scope="module")
 def notebook():
     """notebook 的导入、数据和两个训练单元格执行之后的命名空间（种子 0–2 取随仓库发布的结果，很快）。"""
-    ns: dict = {}
+    ns: dict = {"__name__": "__main__"}  # 像 IPython 的单元格：定义的函数属于 __main__
     for marker in ("from lib.shipped import ShippedResults", "n_train=4800", "def train_setting",
                    "def train_with_smoothing"):
         _run_cell(ns, marker)

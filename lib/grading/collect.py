@@ -242,11 +242,14 @@ def parse_notebook(data: bytes) -> tuple[dict | None, str | None]:
 
 
 # ----------------------------------------------------------------------------- 布局
-def _strip_common_top(items: list[Item], single: bool) -> None:
-    """所有文件都在同一个顶层文件夹里（zip 常见）时去掉这一层：学号文件夹至少三层，或单 notebook 作业。"""
+def _strip_common_top(items: list[Item], single: bool, assignment: str | None = None) -> None:
+    """所有文件都在同一个顶层文件夹里（zip 常见）时去掉这一层：学号文件夹至少三层，或单 notebook 作业。
+    nbgrader 的 submitted/<学号>/<作业>/ 只有一个学生时，顶层就是学号，不去掉。"""
     paths = [it.container or it.src for it in items if not it.skip]
     tops = {p.split("/", 1)[0] for p in paths}
     if not paths or len(tops) != 1 or any("/" not in p for p in paths):
+        return
+    if assignment and all(p.split("/")[1:2] == [assignment] and p.count("/") >= 2 for p in paths):
         return
     if max(p.count("/") + 1 for p in paths) >= 3 or single:
         n = len(tops.pop()) + 1
@@ -403,7 +406,7 @@ def import_download(path: Path, notebooks: list[str], *, assignment: str = "", n
         if why:
             it.reason, it.skip = why, True
     single = len(notebooks) == 1
-    _strip_common_top(items, single)
+    _strip_common_top(items, single, assignment)
     ctx = _context(items, assignment, notebooks)
     if roster is not None:  # 名单里的用户名、学号：拆 Blackboard 没有回执的文件名用
         for key in list(roster.aliases) + [i.lower() for i in roster.ids]:
