@@ -77,6 +77,19 @@ def _answers() -> dict[str, str]:
     return {s: (wrong if s == WRONG else right) for s in STUDENTS}
 
 
+def _remove_leftovers(names, group: str) -> None:
+    """上一次被中途打断（kill、Ctrl-C）的测试没来得及删的测试用户、家目录和组：先删掉，从干净的状态开始。
+    这些名字只给测试用（前缀 l07），不会是真的用户；local_hub 自己从不改已有的用户。"""
+    for name in names:
+        try:
+            pwd.getpwnam(name)
+        except KeyError:
+            continue
+        subprocess.run(["pkill", "-KILL", "-u", name], capture_output=True)
+        subprocess.run(["userdel", "--remove", name], capture_output=True)
+    subprocess.run(["groupdel", group], capture_output=True)
+
+
 def _user_procs(name: str) -> list[int]:
     uid = pwd.getpwnam(name).pw_uid
     pids = []
@@ -138,6 +151,7 @@ def hub(system_users):
     base = Path(tempfile.mkdtemp(prefix="l07hub-", dir="/tmp"))
     hub_proc = log = None
     try:
+        _remove_leftovers([INSTRUCTOR, *STUDENTS], GROUP)
         env = local_hub.prepare(base, STUDENTS, [INSTRUCTOR], homes=base / "home", graders_group=GROUP,
                                 password=PASSWORD)
         port = _free_port()
@@ -436,6 +450,7 @@ def _student(name: str, exchange: str, barrier, results) -> None:
 def course(system_users):
     base = Path(tempfile.mkdtemp(prefix="l07ex-", dir="/tmp"))
     try:
+        _remove_leftovers([EX_INSTRUCTOR, *EX_STUDENTS], EX_GROUP)
         env = local_hub.prepare(base, EX_STUDENTS, [EX_INSTRUCTOR], homes=base / "home", graders_group=EX_GROUP)
         yield env
     finally:
