@@ -4,26 +4,22 @@ notebook 09 展示的是随仓库发布的结果（lib/shipped.py，种子 0–2
 训练函数），用 notebook 的训练函数在种子 3 上训练，再执行 notebook 自己的断言单元格：检查的就是页面上的那几条结论，
 不是一份抄写。
 """
-import linecache
+import sys
 from pathlib import Path
 
-import nbformat
 import pytest
 
 from lib.shipped import ShippedResults
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from notebook_cells import run_cell  # noqa: E402
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "09_training_details.ipynb"
 UNSEEN_SEED = 3
 
 
 def _run_cell(ns: dict, marker: str) -> None:
-    """执行 notebook 里第一个含有 marker 的代码单元格，像 IPython 一样把源码放进 linecache（结果的键要读它）。"""
-    cells = [c.source for c in nbformat.read(NOTEBOOK, as_version=4).cells if c.cell_type == "code"]
-    source = next((s for s in cells if marker in s), None)
-    assert source is not None, f"{NOTEBOOK.name} 里找不到含有 {marker!r} 的单元格：notebook 改了结构，请同步这个测试"
-    filename = f"<{NOTEBOOK.name}: {marker}>"
-    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-    exec(compile(source, filename, "exec"), ns)
+    run_cell(NOTEBOOK, ns, marker)
 
 
 @pytest.fixture(scope="module")
