@@ -24,7 +24,7 @@ nbval.kernel.start_new_kernel = _start_new_kernel_retrying
 # --- 两个 pytest 进程怎样分活（make test 用 pytest -n 2 --dist loadscope --no-loadscope-reorder）----------
 # loadscope 把一个文件（一个 notebook）整个交给一个进程，按收集的顺序一个个发出去。最慢的先发（“最长的先做”），
 # 剩下的短活在两个进程之间自然填平；不然最慢的那个文件最后才开始，另一个进程早就闲着了。
-# 数字是 make test 打印的 --durations（2 核空闲机器，秒），只用来排顺序：变了不影响对错，只影响墙钟时间。
+# 数字是每个文件大约的秒数（按 make test 打印的 --durations 估的，2 核空闲机器），只用来排顺序：不准不影响对错，只影响墙钟时间。
 SLOWEST_FIRST = {
     "tests/test_experiments.py": 520,  # 在没有展示的种子上重新训练 notebook 11 的 7 个模型
     "tests/test_hub.py": 185,
