@@ -18,16 +18,12 @@ NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "12_modern_transf
 UNSEEN_SEED = 3
 
 
-def _run_cell(ns: dict, marker: str) -> None:
-    run_cell(NOTEBOOK, ns, marker)
-
-
 @pytest.fixture(scope="module")
 def notebook():
     """notebook 的导入、两组零件和训练单元格执行之后的命名空间（种子 0–2 取随仓库发布的结果，很快）。"""
     ns: dict = {"__name__": "__main__"}  # 像 IPython 的单元格：定义的函数属于 __main__
     for marker in ("from lib.shipped import ShippedResults", "best_d_ff =", "def train_variant"):
-        _run_cell(ns, marker)
+        run_cell(NOTEBOOK, ns, marker)
     assert isinstance(ns["shipped"], ShippedResults) and UNSEEN_SEED not in ns["SEEDS"]
     assert ns["shown_is_shipped"], "notebook 12 的训练单元格没有用上随仓库发布的结果：请运行 make artifact"
     return ns
@@ -39,4 +35,4 @@ def test_modern_parts_claims_hold_on_a_seed_the_notebook_does_not_show(notebook)
     ns["test_ppl"] = {(name, UNSEEN_SEED): ns["train_variant"](ns["PARTS"][name], UNSEEN_SEED, ns["train"], ns["test"])["test_ppl"]
                       for name in ns["configs"]}
     print({key: round(v, 3) for key, v in ns["test_ppl"].items()})
-    _run_cell(ns, "assert all(4.7 < test_ppl[name, s] < 5.1")
+    run_cell(NOTEBOOK, ns, "assert all(4.7 < test_ppl[name, s] < 5.1")

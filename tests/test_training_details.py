@@ -18,17 +18,13 @@ NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "09_training_deta
 UNSEEN_SEED = 3
 
 
-def _run_cell(ns: dict, marker: str) -> None:
-    run_cell(NOTEBOOK, ns, marker)
-
-
 @pytest.fixture(scope="module")
 def notebook():
     """notebook 的导入、数据和两个训练单元格执行之后的命名空间（种子 0–2 取随仓库发布的结果，很快）。"""
     ns: dict = {"__name__": "__main__"}  # 像 IPython 的单元格：定义的函数属于 __main__
     for marker in ("from lib.shipped import ShippedResults", "n_train=4800", "def train_setting",
                    "def train_with_smoothing"):
-        _run_cell(ns, marker)
+        run_cell(NOTEBOOK, ns, marker)
     assert isinstance(ns["shipped"], ShippedResults) and UNSEEN_SEED not in ns["SEEDS"]
     return ns
 
@@ -41,7 +37,7 @@ def test_warmup_claims_hold_on_a_seed_the_notebook_does_not_show(notebook):
     ns["history"] = {key: r["history"] for key, r in runs.items()}
     ns["dev_ppl"] = {key: r["dev_ppl"] for key, r in runs.items()}
     print({key: round(v, 2) for key, v in ns["dev_ppl"].items()})
-    _run_cell(ns, 'assert dev_ppl["post", 0, s] > 15')
+    run_cell(NOTEBOOK, ns, 'assert dev_ppl["post", 0, s] > 15')
 
 
 @pytest.mark.slow
@@ -49,4 +45,4 @@ def test_label_smoothing_claims_hold_on_a_seed_the_notebook_does_not_show(notebo
     ns = dict(notebook, SEEDS=(UNSEEN_SEED,))
     ns["smoothing"] = {(eps, UNSEEN_SEED): ns["smoothing_run"](eps, UNSEEN_SEED) for eps in (0.0, 0.1)}
     print(ns["smoothing"])
-    _run_cell(ns, 'assert smooth["ppl"] > plain["ppl"] + 0.1')
+    run_cell(NOTEBOOK, ns, 'assert smooth["ppl"] > plain["ppl"] + 0.1')
