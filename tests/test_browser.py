@@ -14,7 +14,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,6 +21,9 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from free_port import free_port  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -69,12 +71,6 @@ def _digests() -> dict[str, str]:
     return {p: hashlib.sha256((REPO_ROOT / p).read_bytes()).hexdigest() for p in paths if (REPO_ROOT / p).exists()}
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _copy_course(dest: Path) -> Path:
     """只拷贝测试需要的东西：浏览器改动的是副本，仓库里的 notebook 永远不会被改。"""
     for name in ("lib", "notebooks", "release", "solutions", "source"):
@@ -98,7 +94,7 @@ def lab(tmp_path_factory):
     notification = base / "settings" / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings"
     notification.parent.mkdir(parents=True)
     notification.write_text('{"fetchNews": "false", "checkForUpdates": false}', encoding="utf-8")
-    port, token = _free_port(), secrets.token_hex(16)
+    port, token = free_port(), secrets.token_hex(16)
     env = {**os.environ, "JUPYTERLAB_SETTINGS_DIR": str(base / "settings"),
            "JUPYTERLAB_WORKSPACES_DIR": str(base / "workspaces"), "JUPYTER_CONFIG_DIR": str(base / "config"),
            "JUPYTER_RUNTIME_DIR": str(base / "runtime"), "CI": "true", "OMP_NUM_THREADS": "1",

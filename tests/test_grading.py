@@ -429,6 +429,53 @@ def test_slow_submissions_are_scheduled_first():
     assert pipeline.estimated_seconds({"cells": "oops"}) == pipeline.estimated_seconds(light)
 
 
+def test_slots_are_handed_out_in_the_scheduled_order():
+    """执行槽按排好的顺序发：线程先到后到（这里故意倒着启动）不改变谁先执行；用不着槽的一轮不挡后面的；
+    Ctrl-C（sandbox.STOP）之后还在等的抛出 Interrupted。CI 里 --jobs 1 的 Ctrl-C 测试曾因线程抢槽而先评了慢的。"""
+    import threading
+    import time
+
+    slots, order, lock = pipeline.InOrderSlots(1), [], threading.Lock()
+
+    def job(turn):
+        if turn == 2:  # 这一份有存下的执行结果，不执行
+            slots.pass_turn(turn)
+            return
+        slot = slots.take(turn)
+        with lock:
+            order.append(turn)
+        time.sleep(0.01)
+        slots.give_back(slot)
+
+    threads = [threading.Thread(target=job, args=(t,)) for t in reversed(range(6))]
+    for t in threads:
+        t.start()
+        time.sleep(0.01)
+    for t in threads:
+        t.join(timeout=10)
+    assert order == [0, 1, 3, 4, 5]
+
+    waiting = pipeline.InOrderSlots(1)
+    got = waiting.take(0)  # 槽被占着，第 1 轮只能等
+    outcome = []
+    t = threading.Thread(target=lambda: outcome.append(_take_or_interrupted(waiting, 1)))
+    t.start()
+    sandbox.STOP.set()
+    try:
+        t.join(timeout=5)
+    finally:
+        sandbox.STOP.clear()
+    waiting.give_back(got)
+    assert outcome == ["Interrupted"]
+
+
+def _take_or_interrupted(slots, turn):
+    try:
+        return slots.take(turn)
+    except sandbox.Interrupted:
+        return "Interrupted"
+
+
 @pytest.mark.slow
 def test_grading_demo_matches_every_fixture_on_a_real_notebook(tmp_path):
     """`make grade-demo`：真实的练习 01 上全部 25 种提交（包括上面真实作业测试省掉的死循环、fork 炸弹、段错误……），

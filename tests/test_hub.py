@@ -28,7 +28,6 @@ import os
 import pwd
 import shutil
 import signal
-import socket
 import stat
 import subprocess
 import sys
@@ -60,12 +59,8 @@ COPY_FEEDBACK_KEYS = ('for d in submitted/*/exercises; do cp "$d/timestamp.txt" 
 
 sys.path.insert(0, str(DEPLOY))
 import local_hub  # noqa: E402
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from free_port import free_port  # noqa: E402
 
 
 def _answers() -> dict[str, str]:
@@ -154,9 +149,9 @@ def hub(system_users):
         _remove_leftovers([INSTRUCTOR, *STUDENTS], GROUP)
         env = local_hub.prepare(base, STUDENTS, [INSTRUCTOR], homes=base / "home", graders_group=GROUP,
                                 password=PASSWORD)
-        port = _free_port()
-        env.update({"LECTURE07_HUB_URL": f"http://127.0.0.1:{port}", "LECTURE07_HUB_HUB_PORT": str(_free_port()),
-                    "LECTURE07_HUB_PROXY_API_PORT": str(_free_port()), "LECTURE07_HUB_EXPOSE_APP": "1"})
+        port = free_port()
+        env.update({"LECTURE07_HUB_URL": f"http://127.0.0.1:{port}", "LECTURE07_HUB_HUB_PORT": str(free_port()),
+                    "LECTURE07_HUB_PROXY_API_PORT": str(free_port()), "LECTURE07_HUB_EXPOSE_APP": "1"})
         log = open(base / "hub.log", "wb")
         hub_proc = subprocess.Popen([str(Path(sys.prefix) / "bin" / "jupyterhub"), "-f",
                                      str(DEPLOY / "jupyterhub_config.py")],

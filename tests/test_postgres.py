@@ -12,7 +12,6 @@ import os
 import pwd
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -23,6 +22,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 import grading_fixtures as gf  # noqa: E402
+from free_port import free_port  # noqa: E402
 
 from lib.grading import gradebook_io  # noqa: E402
 
@@ -47,12 +47,6 @@ PG_BIN = _pg_bin()
 NO_PG = "找不到 PostgreSQL 服务器程序（initdb、postgres）：Debian 上 apt-get install postgresql（make system-deps 会装）"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def postgres_url():
     """起一个临时的 PostgreSQL 服务器，给出一个空数据库的地址；测试结束后停掉并删掉数据目录。"""
@@ -75,7 +69,7 @@ def postgres_url():
         subprocess.run([str(PG_BIN / "initdb"), "-D", str(data), "-U", "postgres", "-A", "trust",
                         "-E", "UTF8", "--no-locale", "--no-sync"], check=True, capture_output=True, timeout=120,
                        cwd=base, **user)
-        port = _free_port()
+        port = free_port()
         proc = subprocess.Popen([str(PG_BIN / "postgres"), "-D", str(data), "-p", str(port),
                                  "-c", "listen_addresses=127.0.0.1", "-c", f"unix_socket_directories={base}",
                                  "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off"],

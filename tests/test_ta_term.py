@@ -489,8 +489,10 @@ def test_ctrl_c_stops_quickly_keeps_what_was_finished_and_continues(course, tmp_
     print(f"Ctrl-C 到退出：{stopped:.1f} 秒")
     assert p.returncode == 130, err
     assert stopped < 15, f"Ctrl-C 之后 {stopped:.1f} 秒才结束（机器忙）"
-    assert "再运行同一个命令会接着评" in err and "已中断：评完的 1 份已经保存" in err and "Traceback" not in err
     rows = {(r["student_id"], r["notebook"]): r for r in gf.read_grades(course)}
+    statuses = {k: (r["status"], r["detail"][:200]) for k, r in rows.items()}
+    assert "再运行同一个命令会接着评" in err and "已中断：评完的 1 份已经保存" in err and "Traceback" not in err, \
+        (err, statuses)
     assert float(rows[(str(S0.canvas_id), NB)]["score"]) > 0
     assert sum(r["status"] == "interrupted" for r in rows.values()) == 4
     assert all(r["score"] == "" for r in rows.values() if r["status"] == "interrupted")

@@ -14,7 +14,6 @@ import importlib
 import json
 import math
 import os
-import queue
 import re
 import secrets
 import shutil
@@ -381,12 +380,16 @@ def run(opts: Options) -> list[Row]:
     (scratch_base / "owner.pid").write_text(str(os.getpid()), encoding="utf-8")
     if sandbox.is_under(scratch_base, course):
         raise SystemExit("临时目录在课程目录里面（TMPDIR），请把 TMPDIR 设到课程目录之外。")
-    slots: queue.Queue = queue.Queue()
-    for s in range(max(1, opts.jobs)):
-        slots.put(s)
+    slots = InOrderSlots(max(1, opts.jobs))
     forkserver = sandbox.ForkServer(scratch_base / "templates") if use_bwrap and opts.fork_server else None
 
-    def work(it):
+    def work(turn, it):
+        try:
+            return _work(turn, it)
+        finally:
+            slots.pass_turn(turn)  # 出错或不用执行（有存下的结果）时也让出这一轮，后面的不用等
+
+    def _work(turn, it):
         rel = release[it.notebook]
         repaired, rnotes = repair.repair(it.nb, rel)
         auto_gids = [g for g, (p, auto) in gradebook_io.grade_cells(rel).items() if auto]
@@ -402,14 +405,12 @@ def run(opts: Options) -> list[Row]:
                 state = None
         if state is None:
             seed = SEED
-            slot = slots.get()
+            slot = slots.take(turn)  # Ctrl-C 之后还没开始的：抛出 Interrupted，不再执行
             try:
-                if sandbox.STOP.is_set():  # Ctrl-C 之后还没开始的：不再执行
-                    raise sandbox.Interrupted()
                 ex = execute_submission(repaired, auto_gids, opts, slot, scratch_base, probes_source, seed,
                                         use_bwrap, hide, forkserver)
             finally:
-                slots.put(slot)
+                slots.give_back(slot)
             state = {"sha": it.sha, "version": version, "seed": seed, "exec": ex, "src": it.src}
             tmp = sp.with_suffix(".tmp")
             tmp.write_text(json.dumps(state, ensure_ascii=False), encoding="utf-8")
@@ -425,7 +426,7 @@ def run(opts: Options) -> list[Row]:
     pool = ThreadPoolExecutor(max_workers=2 * max(1, opts.jobs))
     sandbox.STOP.clear()
     ctrlc = CtrlC().__enter__()  # 第一次 Ctrl-C 只结束沙箱、不再开始新的；评完的照常写进 gradebook 和 grades.csv
-    futs = [pool.submit(work, it) for it in todo]  # 执行先开始，gradebook 在后台准备
+    futs = [pool.submit(work, turn, it) for turn, it in enumerate(todo)]  # 执行先开始，gradebook 在后台准备
     interrupted = False
     try:
         try:
@@ -559,6 +560,45 @@ def run(opts: Options) -> list[Row]:
         print(summary(rows, time.monotonic() - t0, use_bwrap, what="反馈" if opts.reuse_import else "评分",
                       not_counted=[nb for nb in notebooks if nb not in counted]))
     return rows
+
+
+class InOrderSlots:
+    """jobs 个执行槽，严格按 todo 的顺序（慢的先评）发出去：第 i 份要等第 0…i-1 份都拿到了槽（或用不着槽）。
+
+    线程数是槽数的两倍，如果让线程自己抢槽，谁先评由线程调度决定：“慢的先评”就不一定成立，
+    --jobs 1 时的先后每次运行也可能不同。Ctrl-C（sandbox.STOP）之后还在等的抛出 sandbox.Interrupted。"""
+
+    def __init__(self, n: int):
+        self._free = list(range(n))
+        self._next = 0  # 下一个可以拿槽的轮次
+        self._passed: set[int] = set()
+        self._cv = threading.Condition()
+
+    def take(self, turn: int) -> int:
+        with self._cv:
+            while not (self._next == turn and self._free):
+                if sandbox.STOP.is_set():
+                    raise sandbox.Interrupted()
+                self._cv.wait(timeout=0.5)
+            if sandbox.STOP.is_set():
+                raise sandbox.Interrupted()
+            self._pass(turn)
+            return self._free.pop(0)
+
+    def pass_turn(self, turn: int) -> None:
+        with self._cv:
+            self._pass(turn)
+
+    def give_back(self, slot: int) -> None:
+        with self._cv:
+            self._free.append(slot)
+            self._cv.notify_all()
+
+    def _pass(self, turn: int) -> None:
+        self._passed.add(turn)
+        while self._next in self._passed:
+            self._next += 1
+        self._cv.notify_all()
 
 
 class CtrlC:
