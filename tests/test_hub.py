@@ -75,14 +75,22 @@ def _answers() -> dict[str, str]:
 def _remove_leftovers(names, group: str) -> None:
     """上一次被中途打断（kill、Ctrl-C）的测试没来得及删的测试用户、家目录和组：先删掉，从干净的状态开始。
     这些名字只给测试用（前缀 l07），不会是真的用户；local_hub 自己从不改已有的用户。"""
+    for name in _kill_user_procs(names):
+        subprocess.run(["userdel", "--remove", name], capture_output=True)
+    subprocess.run(["groupdel", group], capture_output=True)
+
+
+def _kill_user_procs(names) -> list[str]:
+    """SIGKILL 这些用户的全部进程（按 uid）；返回其中存在的用户。"""
+    existing = []
     for name in names:
         try:
             pwd.getpwnam(name)
         except KeyError:
             continue
         subprocess.run(["pkill", "-KILL", "-u", name], capture_output=True)
-        subprocess.run(["userdel", "--remove", name], capture_output=True)
-    subprocess.run(["groupdel", group], capture_output=True)
+        existing.append(name)
+    return existing
 
 
 def _user_procs(name: str) -> list[int]:
@@ -173,8 +181,9 @@ def hub(system_users):
             time.sleep(0.5)
         yield {"url": url, "env": env, "base": base, "log": base / "hub.log"}
     finally:
+        _kill_user_procs([INSTRUCTOR, *STUDENTS])  # 先结束各人的服务器和内核：hub 不用再一个个地等它们体面退出
         if hub_proc is not None:
-            os.kill(hub_proc.pid, signal.SIGTERM)  # hub 退出前停掉它启动的单用户服务器和代理
+            os.kill(hub_proc.pid, signal.SIGTERM)  # hub 退出前停掉代理（和还在的单用户服务器）
             try:
                 hub_proc.wait(timeout=60)
             except subprocess.TimeoutExpired:
@@ -184,12 +193,8 @@ def hub(system_users):
             log.close()
             ARTIFACTS.mkdir(exist_ok=True)
             shutil.copy(base / "hub.log", ARTIFACTS / "hub.log")
+        _kill_user_procs([INSTRUCTOR, *STUDENTS])  # hub 退出后还留下的进程
         for name in [INSTRUCTOR, *STUDENTS]:
-            try:
-                for pid in _user_procs(name):  # 测试建的用户留下的进程（按 pid）
-                    os.kill(pid, signal.SIGKILL)
-            except (KeyError, ProcessLookupError):
-                pass
             subprocess.run(["userdel", "--remove", name], capture_output=True)
         subprocess.run(["groupdel", GROUP], capture_output=True)
         shutil.rmtree(base, ignore_errors=True)
