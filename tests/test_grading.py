@@ -447,7 +447,7 @@ def test_slots_are_handed_out_in_the_scheduled_order():
         time.sleep(0.01)
         slots.give_back(slot)
 
-    threads = [threading.Thread(target=job, args=(t,)) for t in reversed(range(6))]
+    threads = [threading.Thread(target=job, args=(t,), daemon=True) for t in reversed(range(6))]
     for t in threads:
         t.start()
         time.sleep(0.01)
@@ -455,11 +455,32 @@ def test_slots_are_handed_out_in_the_scheduled_order():
         t.join(timeout=10)
     assert order == [0, 1, 3, 4, 5]
 
+    two, running, most, started = pipeline.InOrderSlots(2), [], [], []  # 两个槽：每份都执行了，同时执行的不超过两份
+
+    def job2(turn):
+        slot = two.take(turn)
+        with lock:
+            running.append(turn)
+            started.append(turn)
+            most.append(len(running))
+        time.sleep(0.02)
+        with lock:
+            running.remove(turn)
+        two.give_back(slot)
+
+    threads = [threading.Thread(target=job2, args=(t,), daemon=True) for t in reversed(range(8))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=10)
+    assert sorted(started) == list(range(8)) and max(most) <= 2 and not running
+
     waiting = pipeline.InOrderSlots(1)
     got = waiting.take(0)  # 槽被占着，第 1 轮只能等
     outcome = []
-    t = threading.Thread(target=lambda: outcome.append(_take_or_interrupted(waiting, 1)))
+    t = threading.Thread(target=lambda: outcome.append(_take_or_interrupted(waiting, 1)), daemon=True)
     t.start()
+    time.sleep(0.1)  # 让它先进入等待
     sandbox.STOP.set()
     try:
         t.join(timeout=5)

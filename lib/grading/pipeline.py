@@ -403,7 +403,9 @@ def run(opts: Options) -> list[Row]:
                     state = old
             except (OSError, json.JSONDecodeError):
                 state = None
-        if state is None:
+        if state is not None:
+            slots.pass_turn(turn)  # 用存下的执行结果：不用槽，马上让后面的开始执行（不等这一份判分）
+        else:
             seed = SEED
             slot = slots.take(turn)  # Ctrl-C 之后还没开始的：抛出 Interrupted，不再执行
             try:
