@@ -149,18 +149,28 @@ def browser_context(lab):
             context.close()
 
 
-def _open(context, lab, path: str):
-    page = context.new_page()
+@pytest.fixture(scope="module")
+def page(lab, browser_context):
+    """一个 JupyterLab 页面，各个测试在里面依次打开自己的 notebook（每开一个新页面，JupyterLab 都要重新加载，
+    本机约 6 个核·秒）。"""
+    page = browser_context.new_page()
     page.set_default_timeout(RUN_TIMEOUT_MS)
-    # ?reset：不恢复旧的工作区，避免旧标签页挡住新打开的 notebook
-    page.goto(f"{lab['url']}/lab/tree/{path}?reset&token={lab['token']}")
+    page.goto(f"{lab['url']}/lab?reset&token={lab['token']}")  # ?reset：不恢复旧的工作区
+    page.wait_for_function("() => window.jupyterapp && window.jupyterapp.commands.hasCommand('docmanager:open')",
+                           timeout=120_000)
+    page.evaluate("() => window.jupyterapp.restored")
+    yield page
+    page.close()
+
+
+def _open(page, path: str):
+    """在 JupyterLab 里打开 path（像在文件浏览器里双击），等到它的内核空闲。"""
+    page.evaluate("async (path) => { await window.jupyterapp.commands.execute('docmanager:open', {path}); }", path)
     page.wait_for_function(
-        "() => window.jupyterapp && window.jupyterapp.shell.currentWidget"
-        " && window.jupyterapp.shell.currentWidget.context"
-        f" && window.jupyterapp.shell.currentWidget.context.path === {path!r}", timeout=120_000)
-    page.wait_for_function(
-        "() => { const s = window.jupyterapp.shell.currentWidget.sessionContext;"
-        " return s.session && s.session.kernel && s.session.kernel.status === 'idle'; }", timeout=120_000)
+        "(path) => { const w = window.jupyterapp.shell.currentWidget;"
+        " return w && w.context && w.context.path === path && w.sessionContext.session"
+        " && w.sessionContext.session.kernel && w.sessionContext.session.kernel.status === 'idle'; }",
+        arg=path, timeout=120_000)
     return page
 
 
@@ -189,8 +199,8 @@ def _screenshot(page, name: str) -> Path:
 
 
 @pytest.mark.parametrize("section", SECTIONS)
-def test_section_notebook_runs_without_errors(lab, browser_context, section):
-    page = _open(browser_context, lab, section)
+def test_section_notebook_runs_without_errors(page, section):
+    _open(page, section)
     state = _run_everything(page)
     code = [c for c in state["cells"] if c["type"] == "code"]
     assert code and all(c["count"] is not None for c in code), "有代码单元格没有运行"
@@ -203,7 +213,6 @@ def test_section_notebook_runs_without_errors(lab, browser_context, section):
     page.evaluate("async (i) => { const nb = window.jupyterapp.shell.currentWidget.content;"
                   " nb.activeCellIndex = i; await nb.scrollToCell(nb.widgets[i], 'start'); }", demo)
     _screenshot(page, f"browser_{Path(section).stem}.png")
-    page.close()
 
 
 def _need(rel: str, lab) -> str:
@@ -212,9 +221,8 @@ def _need(rel: str, lab) -> str:
     return rel
 
 
-def test_unanswered_exercise_raises_only_notimplementederror(lab, browser_context):
-    path = _need(f"release/{EXERCISE}", lab)
-    page = _open(browser_context, lab, path)
+def test_unanswered_exercise_raises_only_notimplementederror(lab, page):
+    _open(page, _need(f"release/{EXERCISE}", lab))
     toolbar = page.locator(".jp-NotebookPanel:visible .jp-NotebookPanel-toolbar")
     assert toolbar.get_by_text("Validate", exact=True).count() == 1, "nbgrader 的 Validate 按钮不在工具栏上"
     state = _run_everything(page)
@@ -229,12 +237,10 @@ def test_unanswered_exercise_raises_only_notimplementederror(lab, browser_contex
     code = [c for c in state["cells"] if c["type"] == "code"]
     assert all(c["count"] is not None for c in code), "出错之后的单元格也都应该运行过"
     _screenshot(page, "browser_release_exercise.png")
-    page.close()
 
 
-def test_validate_button_reports_success_on_the_solution(lab, browser_context):
-    path = _need(f"solutions/{EXERCISE}", lab)
-    page = _open(browser_context, lab, path)
+def test_validate_button_reports_success_on_the_solution(lab, page):
+    _open(page, _need(f"solutions/{EXERCISE}", lab))
     button = page.locator(".jp-NotebookPanel:visible .jp-NotebookPanel-toolbar").get_by_text("Validate", exact=True)
     assert button.count() == 1, "nbgrader 的 Validate 按钮不在工具栏上"
     button.click()
@@ -242,8 +248,8 @@ def test_validate_button_reports_success_on_the_solution(lab, browser_context):
     result.wait_for(timeout=RUN_TIMEOUT_MS)
     shot = _screenshot(page, "browser_validate_solution.png")
     text = result.inner_text()
+    page.keyboard.press("Escape")  # 关掉结果对话框
     assert "Success! Your notebook passes all the tests." in text, f"Validate 没有通过（截图 {shot}）：{text[:2000]}"
-    page.close()
 
 
 def test_repository_notebooks_were_not_touched(lab):
