@@ -93,19 +93,6 @@ def _kill_user_procs(names) -> list[str]:
     return existing
 
 
-def _kill_children(parent: int, marker: str) -> None:
-    """SIGKILL parent 的子进程里命令行含有 marker 的那些。"""
-    for d in Path("/proc").iterdir():
-        try:
-            if not d.name.isdigit():
-                continue
-            stat_fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
-            if int(stat_fields[1]) == parent and marker in (d / "cmdline").read_bytes().decode(errors="replace"):
-                os.kill(int(d.name), signal.SIGKILL)
-        except (OSError, ValueError, IndexError):
-            pass
-
-
 def _user_procs(name: str) -> list[int]:
     uid = pwd.getpwnam(name).pw_uid
     pids = []
@@ -198,7 +185,8 @@ def hub(system_users):
         # 机器忙时要 30 多秒（CI 的 hub.log：回收服务从 SIGTERM 到结束约 30 秒）
         _kill_user_procs([INSTRUCTOR, *STUDENTS])
         if hub_proc is not None:
-            _kill_children(hub_proc.pid, "jupyterhub_idle_culler")
+            subprocess.run(["pkill", "-KILL", "-P", str(hub_proc.pid), "-f", "jupyterhub_idle_culler"],
+                           capture_output=True)
             os.kill(hub_proc.pid, signal.SIGTERM)  # hub 退出前停掉代理（和还在的单用户服务器）
             try:
                 hub_proc.wait(timeout=60)
