@@ -291,7 +291,7 @@ def test_class_on_jupyterhub(hub):
             for n, page in pages.items():
                 _wait_lab(page, n)
             timings["login_spawn_4"] = time.monotonic() - t
-            # 没有“要不要接收 Jupyter 新闻”的弹窗：页面配置里 news 是关掉的（news_url=None，空字符串不算）
+            # 页面配置里 news 是关掉的（news_url=None，空字符串不算）：服务器不去取新闻；弹窗本身见下面反馈那一步的检查
             page_config = json.loads(pages[STUDENTS[0]].locator("#jupyter-config-data").text_content())
             assert page_config.get("news", {}).get("disabled") is True, page_config.get("news")
 
@@ -387,7 +387,9 @@ def test_class_on_jupyterhub(hub):
                 page.locator(".jp-DirListing-item", has_text=f"{NOTEBOOK}.html").dblclick()
                 want = f"{NOTEBOOK}：得分 {float(mine[name]['score'])} / {float(mine[name]['max_score'])}"
                 page.frame_locator(".jp-HTMLViewer:visible iframe").get_by_text(want).first.wait_for()
-                _shot(page, f"hub_feedback_{name}.png")
+                shot = _shot(page, f"hub_feedback_{name}.png")
+                # 页面已经开了一分多钟：没有“要不要接收 Jupyter 新闻”的弹窗挡着（announcements 插件已禁用）
+                assert page.get_by_text("official Jupyter news").count() == 0, f"新闻弹窗还在（截图 {shot}）"
             timings["students_fetch_feedback_3"] = time.monotonic() - t
         finally:
             browser.close()

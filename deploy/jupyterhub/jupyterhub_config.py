@@ -104,7 +104,9 @@ c.Spawner.cpu_limit = float(setting("CPU_LIMIT", "1"))
 NPROC = int(setting("NPROC", "512"))
 c.Spawner.cmd = [str(Path(VENV) / "bin" / "jupyterhub-singleuser")]
 c.Spawner.default_url = "/lab"
-# news_url=None（不是空字符串）才关掉“要不要接收 Jupyter 新闻”的弹窗：LabApp 只在 news_url is None 时设 news.disabled
+# news_url=None（不是空字符串）：服务器不去取 Jupyter 新闻（LabApp 只在 news_url is None 时设 news.disabled）；
+# 但 JupyterLab 4.6 仍会弹出“要不要接收 Jupyter 新闻”：那个弹窗由 jupyter-config/*/labconfig/page_config.json
+# 里禁用的 @jupyterlab/apputils-extension:announcements 插件关掉（tests/test_hub.py 检查页面上没有它）
 c.Spawner.args = ["--LabApp.news_url=None", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]
 if setting("EXPOSE_APP", "") == "1":  # 只给测试用：让浏览器里的脚本读到 JupyterLab 的对象
     c.Spawner.args.append("--LabApp.expose_app_in_browser=True")
