@@ -17,11 +17,11 @@ export OMP_NUM_THREADS ?= 1
 setup: $(STAMP)
 
 # .pyc 由 compileall 在所有核上并行编译（pip 自己是一个文件一个文件地编译，约 1.1 万个文件、单核 56 秒），
-# 跳过课程从不导入的包：torch.compile 才用的 sympy、networkx、mpmath、torch._inductor、torch._dynamo，导出 ONNX 的
-# torch.onnx，IPython 补全用的 jedi、parso，torch 自己的测试套件。没有 .pyc 的模块导入时在内存里编译，只是慢一点。
+# 跳过课程从不导入的：networkx（只有 torch.compile 的图划分用它）、IPython 补全用的 jedi、parso，torch 自己测试套件
+# 里的几个目录。没有 .pyc 的模块导入时在内存里编译，只是慢一点。注意 sympy、torch._dynamo、torch._inductor 都不能
+# 跳过：优化器第一次 step() 就会导入 torch._dynamo，它又导入 sympy 和 torch._inductor 的一部分。
 # 编译不了的文件（如 torch 里给 Python 3.12 语法写的测试）和 pip 一样跳过：compileall 这时退出码为 1，不算安装失败。
-# 本机一个全新克隆里测得 make setup 93 秒 → 75 秒。
-NEVER_IMPORTED := /site-packages/(sympy|networkx|mpmath|jedi|parso|torch/(_inductor|_dynamo|onnx|testing/_internal/(distributed|opinfo|generated)))/
+NEVER_IMPORTED := /site-packages/(networkx|jedi|parso|torch/testing/_internal/(distributed|opinfo|generated))/
 
 $(STAMP): requirements.txt requirements-dev.txt deploy/jupyterhub/requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
