@@ -27,7 +27,7 @@ $(STAMP): requirements.txt requirements-dev.txt deploy/jupyterhub/requirements.t
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q --no-compile -r requirements-dev.txt
-	$(PY) -m compileall -q -j0 -x '$(NEVER_IMPORTED)' $(VENV)/lib >/dev/null || true
+	$(PY) -m compileall -qq -j0 -x '$(NEVER_IMPORTED)' "$$($(PY) -c 'import sysconfig; print(sysconfig.get_path("purelib"))')" || true
 	$(PY) -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (lecture07)" >/dev/null
 	touch $(STAMP)
 
