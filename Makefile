@@ -16,18 +16,17 @@ export OMP_NUM_THREADS ?= 1
 
 setup: $(STAMP)
 
-# .pyc 由 compileall 在所有核上并行编译（pip 自己是一个文件一个文件地编译，约 1.1 万个文件、单核 56 秒），
-# 跳过课程从不导入的：networkx（只有 torch.compile 的图划分用它）、IPython 补全用的 jedi、parso，torch 自己测试套件
-# 里的几个目录。没有 .pyc 的模块导入时在内存里编译，只是慢一点。注意 sympy、torch._dynamo、torch._inductor 都不能
-# 跳过：优化器第一次 step() 就会导入 torch._dynamo，它又导入 sympy 和 torch._inductor 的一部分。
-# 编译不了的文件（如 torch 里给 Python 3.12 语法写的测试）和 pip 一样跳过：compileall 这时退出码为 1，不算安装失败。
-NEVER_IMPORTED := /site-packages/(networkx|jedi|parso|torch/testing/_internal/(distributed|opinfo|generated))/
+# pip 装包时不编译 .pyc（它一个文件一个文件地编译，约 1.1 万个文件、单核约 1 分钟）。装好之后 lib.tools.warm_bytecode
+# 在两个进程里同时导入课程用到的包，Python 自己把导入到的模块编译、写进 __pycache__/（只占 site-packages 源码的
+# 一半不到，约 17 秒；全部 compileall 约 35 秒）。没导入到的模块第一次用到时同样写下 .pyc：所以这里不把
+# PYTHONDONTWRITEBYTECODE 传给命令（有的环境默认设了它，那样每个进程都要在内存里重新编译一遍）。
+unexport PYTHONDONTWRITEBYTECODE
 
 $(STAMP): requirements.txt requirements-dev.txt deploy/jupyterhub/requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q --no-compile -r requirements-dev.txt
-	$(PY) -m compileall -qq -j0 -x '$(NEVER_IMPORTED)' "$$($(PY) -c 'import sysconfig; print(sysconfig.get_path("purelib"))')" || true
+	$(PY) -m lib.tools.warm_bytecode
 	$(PY) -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (lecture07)" >/dev/null
 	touch $(STAMP)
 
