@@ -24,35 +24,32 @@ nbval.kernel.start_new_kernel = _start_new_kernel_retrying
 # --- 两个 pytest 进程怎样分活（make test 用 pytest -n 2 --dist loadscope --no-loadscope-reorder）----------
 # loadscope 把一个文件（一个 notebook）整个交给一个进程，按收集的顺序一个个发出去。最慢的先发（“最长的先做”），
 # 剩下的短活在两个进程之间自然填平；不然最慢的那个文件最后才开始，另一个进程早就闲着了。
-# 数字是每个文件的秒数（一次全新克隆的 make test 里各测试用时之和，2 核空闲机器），只用来排顺序：
+# 数字是每个文件的秒数（2026-12-01 一次全新克隆的 make test 里各测试用时之和，2 核空闲机器），只用来排顺序：
 # 不准不影响对错，只影响墙钟时间。没列出的文件都在 7 秒以下，按收集的顺序排在最后。
 SLOWEST_FIRST = {
-    "tests/test_experiments.py": 710,  # 在没有展示的种子上重新训练 notebook 11 的 7 个模型（一个测试 650 秒）
-    "tests/test_hub.py": 175,
-    "tests/test_training_details.py": 120,
-    "tests/test_exercises.py": 110,
-    "tests/test_grading.py": 100,
-    "tests/test_toy_tasks.py": 85,
-    "notebooks/11_mini_gpt_vs_rnn.ipynb": 72,
-    "tests/test_browser.py": 72,
-    "tests/test_class_report.py": 50,
-    "notebooks/08_architectures.ipynb": 48,
-    "tests/test_fairness.py": 35,
-    "tests/test_grading_forkserver.py": 34,
-    "notebooks/06_multihead_attention.ipynb": 30,
-    "tests/test_lms.py": 28,
-    "tests/test_postgres.py": 26,
-    "tests/test_add_exercise.py": 15,
-    "notebooks/09_training_details.ipynb": 15,
-    "notebooks/12_modern_transformer.ipynb": 14,
+    "tests/test_experiments.py": 748,  # 在没有展示的种子上重新训练 notebook 11 的 7 个模型（一个测试约 720 秒）
+    "tests/test_hub.py": 144,
+    "tests/test_training_details.py": 113,
+    "tests/test_exercises.py": 111,
+    "tests/test_grading.py": 99,
+    "tests/test_toy_tasks.py": 83,
+    "notebooks/11_mini_gpt_vs_rnn.ipynb": 70,
+    "tests/test_browser.py": 53,
+    "tests/test_fairness.py": 47,
+    "tests/test_grading_forkserver.py": 45,
+    "notebooks/08_architectures.ipynb": 45,
+    "notebooks/06_multihead_attention.ipynb": 36,
+    "tests/test_class_report.py": 34,
+    "tests/test_postgres.py": 27,
+    "tests/test_lms.py": 22,
+    "notebooks/09_training_details.ipynb": 17,
+    "tests/test_add_exercise.py": 16,
+    "notebooks/12_modern_transformer.ipynb": 15,
     "tests/test_ta_term.py": 14,
     "tests/test_modern_transformer.py": 13,
-    "notebooks/10_cost_and_long_sequences.ipynb": 11,
-    "tests/test_check_env.py": 11,
+    "notebooks/10_cost_and_long_sequences.ipynb": 12,
+    "notebooks/07_transformer_block.ipynb": 11,
     "notebooks/04_three_patches.ipynb": 10,
-    "notebooks/07_transformer_block.ipynb": 10,
-    "notebooks/01_rnn_to_attention.ipynb": 8,
-    "notebooks/05_positional_encoding.ipynb": 7,
 }
 # 文件里特别慢的那个测试排到这个文件的最前面。xdist 在一个进程只剩不到 3 个测试没跑完时，就预先把下一个文件
 # 派给它：慢测试排在文件末尾的话，预先派来的文件要等它跑完（十分钟）才开始，最后另一个进程就空等这个文件

@@ -21,7 +21,8 @@ GROUPS = (
     ("nbgrader.apps", "nbgrader.api", "nbconvert.exporters", "nbformat", "nbclient", "ipykernel.kernelapp",
      "jupyter_server.serverapp", "jupyterlab.labapp", "jupyterhub.app", "pytest", "xdist", "nbval.plugin",
      "openpyxl", "yaml", "copydetect", "latex2mathml.converter", "bs4", "sqlalchemy", "alembic",
-     "playwright.sync_api", "psycopg2"),
+     "playwright.sync_api", "psycopg2", "ipykernel.ipkernel", "jupyter_lsp", "ipywidgets", "xdist.scheduler",
+     "execnet", "anyio"),
 )
 
 
