@@ -21,7 +21,7 @@ def _box(ax, x, y, text, color, w=2.2, h=0.55, fontsize=9):
 
 
 def _arrow(ax, start, end, **kw):
-    ax.annotate("", xy=end, xytext=start, arrowprops=dict(arrowstyle="-|>", lw=0.9, color="black", **kw))
+    ax.annotate("", xy=end, xytext=start, arrowprops={"arrowstyle": "-|>", "lw": 0.9, "color": "black", **kw})
 
 
 def _plus(ax, x, y):
@@ -48,7 +48,8 @@ def transformer_block_figure():
     for ax, pre in zip(axes, (True, False)):
         x, y = 0.0, 0.0
         ax.text(x, y - 0.05, r"$x^{(\ell)}$", ha="center", va="top", fontsize=11)
-        for name, label in (("attn", "Multi-head\nself-attention"), ("ffn", "Feed-forward\n" + r"$W_2\,\mathrm{GELU}(W_1 x)$")):
+        act = r"\mathrm{GELU}" if pre else r"\mathrm{ReLU}"  # GPT-2 用 GELU；2017 年的原版用 ReLU（§12 的表）
+        for name, label in (("attn", "Multi-head\nself-attention"), ("ffn", "Feed-forward\n" + rf"$W_2\,{act}(W_1 x)$")):
             branch = y + 0.4  # 残差从这里分出去
             ax.plot([x, x], [y, branch], color="black", lw=0.9)  # 主干
             steps = [("norm", "LayerNorm"), (name, label)] if pre else [(name, label)]
@@ -109,9 +110,13 @@ def multihead_figure(d: int = 12, n_heads: int = 3, T: int = 5):
         ax.add_patch(Rectangle((x_att, y), T * s, T * s, fill=False, ec=heads[i], lw=2))
         ax.text(x_att + T * s + 0.1, y + T * s / 2, f"head {i + 1}:\n" + rf"softmax$(Q_{i + 1} K_{i + 1}^\top/\sqrt{{d/h}})\,V_{i + 1}$",
                 ha="left", va="center", fontsize=8)
-    x_cat = x_att + 3.4
+    x_cat = x_att + 3.8
     ax.text(x_att + T * s / 2, -0.05, f"$h$ weight maps, each $T \\times T$", ha="center", va="top", fontsize=9)
-    _arrow(ax, (x_cat - 0.55, mid), (x_cat - 0.05, mid))
+    for i in range(n_heads):  # 每个头的输出（T × hs）进 concat 里同色的那几列（上方的标注）
+        y = 2.55 - i * 1.15 + T * s / 2
+        _arrow(ax, (x_cat - 0.6, y), (x_cat - 0.05, mid + (n_heads - 1 - 2 * i) * 0.12), color=heads[i])
+        ax.text(x_cat + (i + 0.5) * hs * s, 1.4 + T * s + 0.05, f"head {i + 1}", ha="center", va="bottom",
+                fontsize=7, color=heads[i])
     right, _ = matrix(x_cat, 1.4, T, d, heads, "concat: $T \\times d$")
     _arrow(ax, (right + 0.05, mid), (right + 0.65, mid))
     ax.text(right + 0.35, mid + 0.12, "$W^O$", ha="center", va="bottom", fontsize=9)

@@ -41,7 +41,14 @@ def test_multihead_figure_projection_label_clears_the_boxes_and_heads_count_from
     label = next(t for t in ax.texts if "W^Q" in t.get_text()).get_window_extent(renderer)
     boxes = [p for p in ax.patches if isinstance(p, Rectangle) and not p.get_fill()]
     assert boxes and not [p for p in boxes if p.get_window_extent(renderer).overlaps(label)], "W^Q, W^K, W^V 的标注不压在方框上"
-    heads = [t.get_text() for t in ax.texts if t.get_text().startswith("head ")]
+    heads = [t.get_text() for t in ax.texts if t.get_text().startswith("head ") and ":" in t.get_text()]
     assert [h.split(":")[0] for h in heads] == ["head 1", "head 2", "head 3"]
     assert all(f"Q_{i}" in h and f"V_{i}" in h for i, h in enumerate(heads, start=1)), "公式里的下标和头的编号一致"
+    # 每个头的输出都有一支箭头（头的颜色）进 concat，concat 上方标着每几列是哪个头
+    from matplotlib.text import Annotation
+    colors = diagrams.HEAD_COLORS[:3]
+    into_concat = [t for t in ax.texts if isinstance(t, Annotation) and t.arrow_patch is not None
+                   and t.arrowprops.get("color") in colors]
+    assert sorted(t.arrowprops["color"] for t in into_concat) == sorted(colors), "三个头各有一支箭头进 concat"
+    assert [t.get_text() for t in ax.texts if t.get_text() in ("head 1", "head 2", "head 3")] == ["head 1", "head 2", "head 3"]
     plt.close(fig)
