@@ -108,9 +108,10 @@ def multihead_figure(d: int = 12, n_heads: int = 3, T: int = 5):
         weights = np.random.default_rng(i).dirichlet(np.ones(T), T)  # 示意用的随机权重，每行和为 1
         ax.imshow(weights, cmap="Greys", extent=(x_att, x_att + T * s, y, y + T * s), vmin=0, vmax=1)
         ax.add_patch(Rectangle((x_att, y), T * s, T * s, fill=False, ec=heads[i], lw=2))
-        ax.text(x_att + T * s + 0.1, y + T * s / 2, f"head {i + 1}:\n" + rf"softmax$(Q_{i + 1} K_{i + 1}^\top/\sqrt{{d/h}})\,V_{i + 1}$",
-                ha="left", va="center", fontsize=8)
-    x_cat = x_att + 3.8
+        ax.text(x_att + T * s + 0.1, y + T * s / 2, f"head {i + 1}:\n"  # 方框里是 T × T 的权重；头的输出是 T × d/h
+                + rf"$\alpha_{i + 1} = $ softmax$(Q_{i + 1} K_{i + 1}^\top/\sqrt{{d/h}})$" + "\n"
+                + rf"output $\alpha_{i + 1} V_{i + 1}$: $T \times d/h$", ha="left", va="center", fontsize=8)
+    x_cat = x_att + 4.0
     ax.text(x_att + T * s / 2, -0.05, f"$h$ weight maps, each $T \\times T$", ha="center", va="top", fontsize=9)
     for i in range(n_heads):  # 每个头的输出（T × hs）进 concat 里同色的那几列（上方的标注）
         y = 2.55 - i * 1.15 + T * s / 2
