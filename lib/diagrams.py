@@ -102,7 +102,8 @@ def multihead_figure(d: int = 12, n_heads: int = 3, T: int = 5):
     x_q = right + 1.25
     right, _ = matrix(x_q, 1.4, T, d, heads, f"$Q$ (and $K$, $V$): $T \\times d$\nsplit into $h = {n_heads}$ heads of $d/h = {hs}$")
     x_att = right + 1.2
-    for i in range(n_heads):  # 每个头：自己的 hs 列 → 一张 T × T 的注意力图 → T × hs 的输出
+    x_cat = x_att + 4.0
+    for i in range(n_heads):  # 每个头：自己的 hs 列 → 一张 T × T 的注意力图 → T × hs 的输出 → concat 里同色的几列
         y = 2.55 - i * 1.15
         _arrow(ax, (x_q + (i + 0.5) * hs * s, 1.4 + T * s / 2), (x_att - 0.05, y + T * s / 2))
         weights = np.random.default_rng(i).dirichlet(np.ones(T), T)  # 示意用的随机权重，每行和为 1
@@ -111,13 +112,10 @@ def multihead_figure(d: int = 12, n_heads: int = 3, T: int = 5):
         ax.text(x_att + T * s + 0.1, y + T * s / 2, f"head {i + 1}:\n"  # 方框里是 T × T 的权重；头的输出是 T × d/h
                 + rf"$\alpha_{i + 1} = $ softmax$(Q_{i + 1} K_{i + 1}^\top/\sqrt{{d/h}})$" + "\n"
                 + rf"output $\alpha_{i + 1} V_{i + 1}$: $T \times d/h$", ha="left", va="center", fontsize=8)
-    x_cat = x_att + 4.0
-    ax.text(x_att + T * s / 2, -0.05, f"$h$ weight maps, each $T \\times T$", ha="center", va="top", fontsize=9)
-    for i in range(n_heads):  # 每个头的输出（T × hs）进 concat 里同色的那几列（上方的标注）
-        y = 2.55 - i * 1.15 + T * s / 2
-        _arrow(ax, (x_cat - 0.6, y), (x_cat - 0.05, mid + (n_heads - 1 - 2 * i) * 0.12), color=heads[i])
+        _arrow(ax, (x_cat - 0.6, y + T * s / 2), (x_cat - 0.05, mid + (n_heads - 1 - 2 * i) * 0.12), color=heads[i])
         ax.text(x_cat + (i + 0.5) * hs * s, 1.4 + T * s + 0.05, f"head {i + 1}", ha="center", va="bottom",
                 fontsize=7, color=heads[i])
+    ax.text(x_att + T * s / 2, -0.05, f"$h$ weight maps, each $T \\times T$", ha="center", va="top", fontsize=9)
     right, _ = matrix(x_cat, 1.4, T, d, heads, "concat: $T \\times d$")
     _arrow(ax, (right + 0.05, mid), (right + 0.65, mid))
     ax.text(right + 0.35, mid + 0.12, "$W^O$", ha="center", va="bottom", fontsize=9)

@@ -19,7 +19,7 @@ GROUPS = (
     ("torch", "torch._dynamo", "torch.optim", "torch.utils.flop_counter", "numpy", "matplotlib.pyplot",
      "matplotlib_inline.backend_inline", "tqdm.auto"),
     ("nbgrader.apps", "nbgrader.api", "nbconvert.exporters", "nbformat", "nbclient", "ipykernel.kernelapp",
-     "jupyter_server.serverapp", "jupyterlab.labapp", "jupyterhub.app", "pytest", "xdist", "nbval.plugin",
+     "jupyter_server.serverapp", "jupyterlab.labapp", "jupyterhub.app", "pytest", "nbval.plugin",
      "openpyxl", "yaml", "copydetect", "latex2mathml.converter", "bs4", "sqlalchemy", "alembic",
      "playwright.sync_api", "psycopg2", "ipykernel.ipkernel", "jupyter_lsp", "ipywidgets", "xdist.scheduler",
      "execnet", "anyio"),
