@@ -1,4 +1,4 @@
-"""随仓库发布的训练结果：notebook 07、09、12 里耗时的训练，结果按“算出它的代码”存档（issue 24）。
+"""随仓库发布的训练结果：notebook 06、07、08、09、12 里耗时的训练，结果按“算出它的代码”存档（issue 24）。
 
 notebook 里的训练函数照常写在单元格里、学生照常读和改；调用时经过 ``ShippedResults.get``：
 
@@ -8,7 +8,8 @@ notebook 里的训练函数照常写在单元格里、学生照常读和改；�
 
 每个结果的键是下面这些内容的 SHA-256：训练函数的源码；它读到的、在 notebook 里定义的数据（按内容）和函数
 （按源码，再往下追）；调用的参数（列表、张量按内容）；lib 里训练用到的四个文件的全部源码（``LIB_FILES``）。文件
-``artifacts/<notebook>/results.json`` 里有这个键就直接用（在维护者的机器上算出的数，一个比特都不差）；
+``artifacts/<notebook>/results.json`` 里有这个键就直接用（在维护者的机器上算出的数，一个比特都不差；结果里的
+张量，例如训练好的模型的 ``state_dict()``，存在旁边的 ``results.pt`` 里）；
 没有（改了单元格、改了参数、改了 lib）或 ``retrain=True`` 就在这台机器上现场训练。所以：
 
 - 改了代码、没有重新生成，notebook 打印的来源会变成“刚训练完”，nbval 核对这一行时失败；
@@ -33,6 +34,7 @@ import torch
 REPO_ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = REPO_ROOT / "artifacts"
 WRITE_ENV = "COURSE_WRITE_RESULTS"  # =1：每个结果都现场训练，写进 results.json（make artifact 用）
+TENSOR = "__tensor__"  # results.json 里张量的占位 {"__tensor__": 名字}；张量本身按名字存在 results.pt 里
 
 
 LIB_FILES = ("transformer.py", "rnn.py", "toy_language.py", "toy_tasks.py")  # notebook 里的训练用到的 lib 文件
@@ -122,33 +124,68 @@ def result_key(fn, args=(), kwargs=None) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
+def _split(value, key: str, tensors: dict):
+    """value 里的张量换成占位 {TENSOR: "键/编号"}，张量（CPU 上的副本）放进 tensors；其余原样（之后经过 JSON）。"""
+    if isinstance(value, torch.Tensor):
+        name = f"{key}/{len(tensors)}"
+        tensors[name] = value.detach().cpu().clone()
+        return {TENSOR: name}
+    if isinstance(value, dict):
+        return {k: _split(v, key, tensors) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_split(v, key, tensors) for v in value]
+    return value
+
+
+def _join(value, tensors: dict):
+    """_split 的逆：占位换回张量（每次给一份新的副本，改它不影响存档）。"""
+    if isinstance(value, dict):
+        if set(value) == {TENSOR}:
+            return tensors[value[TENSOR]].clone()
+        return {k: _join(v, tensors) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_join(v, tensors) for v in value]
+    return value
+
+
 class ShippedResults:
-    """一个 notebook 的随仓库发布的训练结果（artifacts/<notebook>/results.json）。"""
+    """一个 notebook 的随仓库发布的训练结果（artifacts/<notebook>/results.json，张量在 results.pt）。"""
 
     def __init__(self, notebook: str, retrain: bool = False, directory: Path | None = None):
         self.path = Path(directory or ARTIFACTS / notebook) / "results.json"
+        self.tensor_path = self.path.with_suffix(".pt")
         self.retrain = bool(retrain)
         self.write = os.environ.get(WRITE_ENV) == "1"
         self.stored = json.loads(self.path.read_text(encoding="utf-8")) if self.path.exists() else {}
+        self.tensors = torch.load(self.tensor_path, weights_only=True) if self.tensor_path.exists() else {}
         self.counts = {"shipped": 0, "trained": 0}
 
     def get(self, fn, *args, **kwargs):
         """fn(*args, **kwargs) 的结果：文件里有同样的代码、同样的参数算出的结果就直接用，否则现场算。
-        结果必须能写成 JSON（数、字符串、列表、字典）；现场算的结果也经过一次 JSON，两条路给出同样的类型。"""
+        结果由数、字符串、列表、字典和张量组成（例如 {"state_dict": model.state_dict(), "losses": [...]}）；
+        现场算的结果也经过一次 JSON（元组变成列表），两条路给出同样的类型和同样的比特。"""
         key = result_key(fn, args, kwargs)
         if key in self.stored and not (self.retrain or self.write):
             self.counts["shipped"] += 1
-            return copy.deepcopy(self.stored[key]["value"])
+            return _join(copy.deepcopy(self.stored[key]["value"]), self.tensors)
         if not os.environ.get("CI"):  # 现场训练要几十秒：告诉学生在做什么（CI 里安静，和进度条一样）
             print(f"在这台机器上训练 {_describe_call(fn, args, kwargs)} ……", flush=True)
-        value = json.loads(json.dumps(fn(*args, **kwargs)))
+        tensors: dict = {}
+        value = json.loads(json.dumps(_split(fn(*args, **kwargs), key, tensors)))
         self.counts["trained"] += 1
         if self.write:
-            self.stored[key] = {"call": _describe_call(fn, args, kwargs), "value": value}
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            lines = [f"{json.dumps(k)}: {json.dumps(v, ensure_ascii=False)}" for k, v in sorted(self.stored.items())]
-            self.path.write_text("{\n" + ",\n".join(lines) + "\n}\n", encoding="utf-8")  # 一个结果一行
-        return value
+            self._save(key, {"call": _describe_call(fn, args, kwargs), "value": value}, tensors)
+        return _join(value, tensors)
+
+    def _save(self, key: str, entry: dict, tensors: dict) -> None:
+        self.stored[key] = entry
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        lines = [f"{json.dumps(k)}: {json.dumps(v, ensure_ascii=False)}" for k, v in sorted(self.stored.items())]
+        self.path.write_text("{\n" + ",\n".join(lines) + "\n}\n", encoding="utf-8")  # 一个结果一行
+        self.tensors = {n: t for n, t in self.tensors.items() if n.split("/")[0] in self.stored and
+                        not n.startswith(key + "/")} | tensors  # 这个键的旧张量换成新的
+        if self.tensors:
+            torch.save(dict(sorted(self.tensors.items())), self.tensor_path)
 
     def describe(self) -> str:
         """一行话：上次 describe() 之后取的结果从哪里来（然后重新计数）。"""

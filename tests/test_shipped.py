@@ -1,6 +1,7 @@
 """lib/shipped.py：随仓库发布的训练结果按“算出它的代码”取用，代码一变就现场重算。"""
 import json
 import linecache
+import re
 from pathlib import Path
 
 import pytest
@@ -112,10 +113,45 @@ def test_changed_code_and_retrain_train_again_and_say_so(tmp_path, monkeypatch):
     assert len(json.loads((tmp_path / "results.json").read_text(encoding="utf-8"))) == 1  # 只有写模式才写文件
 
 
+MODEL_CELL = ("import torch\n\ndef train(seed):\n    torch.manual_seed(seed)\n    model = torch.nn.Linear(3, 2)\n"
+              "    return {'state_dict': model.state_dict(), 'losses': [1.5, 0.5], 'pair': (torch.ones(2), 7)}\n")
+
+
+def test_tensors_in_a_result_come_back_bit_for_bit_from_results_pt(tmp_path, monkeypatch):
+    """训练好的模型（notebook 06、08）：state_dict 里的张量存进 results.pt，读回来一个比特都不差，类型和现场算的相同。"""
+    fn = _define(MODEL_CELL)
+    monkeypatch.setenv(shipped.WRITE_ENV, "1")
+    written = ShippedResults("nb", directory=tmp_path).get(fn, 4)
+    ShippedResults("nb", directory=tmp_path).get(fn, 5)  # 第二个结果：两个键的张量都留在文件里
+    monkeypatch.delenv(shipped.WRITE_ENV)
+    fresh = ShippedResults("nb", retrain=True, directory=tmp_path).get(fn, 4)  # 现场训练，不经过文件
+    results = ShippedResults("nb", directory=tmp_path)
+    read = results.get(fn, 4)
+    assert "1 次训练的结果来自随仓库发布的" in results.describe()
+    for value in (written, fresh):
+        assert read.keys() == value.keys() and read["losses"] == value["losses"] == [1.5, 0.5]
+        assert all(torch.equal(read["state_dict"][k], value["state_dict"][k]) for k in value["state_dict"])
+        assert isinstance(read["pair"], list) and torch.equal(read["pair"][0], value["pair"][0]) and read["pair"][1] == 7
+    model = torch.nn.Linear(3, 2)
+    model.load_state_dict(read["state_dict"])  # 能直接装回模型
+    read["state_dict"]["weight"].zero_()  # 改了拿到的张量，存档不变
+    assert torch.equal(results.get(fn, 4)["state_dict"]["weight"], written["state_dict"]["weight"])
+    assert not torch.equal(results.get(fn, 5)["state_dict"]["weight"], written["state_dict"]["weight"])
+    stored = json.loads((tmp_path / "results.json").read_text(encoding="utf-8"))
+    names = {v["value"]["state_dict"]["weight"][shipped.TENSOR] for v in stored.values()}
+    assert len(names) == 2 and names <= set(torch.load(tmp_path / "results.pt", weights_only=True))
+
+
 def test_shipped_results_files_are_valid_and_small():
     paths = sorted(shipped.ARTIFACTS.glob("*/results.json"))
-    assert {p.parent.name for p in paths} == {"07_transformer_block", "09_training_details", "12_modern_transformer"}
+    assert {p.parent.name for p in paths} == {"06_multihead_attention", "07_transformer_block", "08_architectures",
+                                              "09_training_details", "12_modern_transformer"}
     for path in paths:
         stored = json.loads(path.read_text(encoding="utf-8"))
         assert stored and all(set(v) == {"call", "value"} for v in stored.values()), path
         assert path.stat().st_size < 1_000_000, path
+        tensors = path.with_suffix(".pt")
+        if tensors.exists():  # 训练好的权重（06、08）：每个张量都有一个结果引用它
+            names = set(torch.load(tensors, weights_only=True))
+            used = set(re.findall(r'"%s": "([^"]+)"' % shipped.TENSOR, path.read_text(encoding="utf-8")))
+            assert names == used and tensors.stat().st_size < 4_000_000, tensors

@@ -1,8 +1,8 @@
 """lib/toy_tasks.py 的测试：两个玩具任务的数据、模型和训练循环。
 
-notebooks 06、07 用种子 0–2 检查演示的结论（nbval 执行它们；notebook 07 的 12 次训练用随仓库发布的结果，
-见 lib/shipped.py）；这里在另外的种子上、在跑测试的这台机器上重新训练，再检查一遍，保证那些断言不是碰巧对
-某几个种子、某一台机器成立（另一台 CPU 会训练出另一组权重）。
+notebooks 06、07 用种子 0–2 检查演示的结论（nbval 执行它们；两页的训练都用随仓库发布的结果，见 lib/shipped.py）；
+这里在另外的种子上、在跑测试的这台机器上重新训练，再检查一遍，保证那些断言不是碰巧对某几个种子、某一台机器成立
+（另一台 CPU 会训练出另一组权重）。每条结论至少在一个没有展示的种子上检查（和 notebook 09、11、12 一样）。
 """
 import math
 
@@ -92,8 +92,8 @@ def _depth_run(seed, warmup_steps=10, steps=300, **cfg):
     return sum(losses[-50:]) / 50, float((pred[:, 3:] == y[:, 3:]).float().mean())
 
 
-@pytest.mark.parametrize("seed", [3, 4])
-def test_depth_claims_of_notebook_07_hold_on_more_seeds(seed):
+def test_depth_claims_of_notebook_07_hold_on_another_seed():
+    seed = 3
     last50, acc = _depth_run(seed, norm_position="pre")  # Pre-LN，10 步预热：学会
     assert last50 < 0.05 and acc > 0.99
     last50, acc = _depth_run(seed, warmup_steps=100, norm_position="post")  # Post-LN，100 步预热：学会
