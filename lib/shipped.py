@@ -27,6 +27,7 @@ import hashlib
 import inspect
 import json
 import os
+import re
 from pathlib import Path
 
 import torch
@@ -157,15 +158,32 @@ class ShippedResults:
         self.retrain = bool(retrain)
         self.write = os.environ.get(WRITE_ENV) == "1"
         self.stored = json.loads(self.path.read_text(encoding="utf-8")) if self.path.exists() else {}
-        self.tensors = torch.load(self.tensor_path, weights_only=True) if self.tensor_path.exists() else {}
+        self.tensors = self._load_tensors()
         self.counts = {"shipped": 0, "trained": 0}
+
+    def _load_tensors(self) -> dict:
+        """results.pt 里的张量；文件缺了或坏了就当作没有（用到它的结果现场训练），并说明原因。"""
+        if not self.tensor_path.exists():
+            return {}
+        try:
+            return torch.load(self.tensor_path, weights_only=True)
+        except Exception as exc:  # noqa: BLE001  截断、不是 torch 的文件……：不让整页停下
+            print(f"读不了 {self.tensor_path.name}（{type(exc).__name__}），用到其中权重的训练会在这台机器上重做", flush=True)
+            return {}
+
+    def _has(self, key: str) -> bool:
+        """文件里有这个键，而且它引用的张量都在 results.pt 里。"""
+        if key not in self.stored:
+            return False
+        names = re.findall(r'"%s": "([^"]+)"' % TENSOR, json.dumps(self.stored[key]["value"]))
+        return all(name in self.tensors for name in names)
 
     def get(self, fn, *args, **kwargs):
         """fn(*args, **kwargs) 的结果：文件里有同样的代码、同样的参数算出的结果就直接用，否则现场算。
         结果由数、字符串、列表、字典和张量组成（例如 {"state_dict": model.state_dict(), "losses": [...]}）；
         现场算的结果也经过一次 JSON（元组变成列表），两条路给出同样的类型和同样的比特。"""
         key = result_key(fn, args, kwargs)
-        if key in self.stored and not (self.retrain or self.write):
+        if not (self.retrain or self.write) and self._has(key):
             self.counts["shipped"] += 1
             return _join(copy.deepcopy(self.stored[key]["value"]), self.tensors)
         if not os.environ.get("CI"):  # 现场训练要几十秒：告诉学生在做什么（CI 里安静，和进度条一样）

@@ -142,6 +142,23 @@ def test_tensors_in_a_result_come_back_bit_for_bit_from_results_pt(tmp_path, mon
     assert len(names) == 2 and names <= set(torch.load(tmp_path / "results.pt", weights_only=True))
 
 
+def test_missing_or_broken_results_pt_retrains_instead_of_crashing(tmp_path, monkeypatch, capsys):
+    fn = _define(MODEL_CELL)
+    monkeypatch.setenv(shipped.WRITE_ENV, "1")
+    written = ShippedResults("nb", directory=tmp_path).get(fn, 4)
+    monkeypatch.delenv(shipped.WRITE_ENV)
+    (tmp_path / "results.pt").write_bytes(b"not a zip")  # 下载不完整、被别的工具改坏
+    results = ShippedResults("nb", directory=tmp_path)
+    assert "读不了 results.pt" in capsys.readouterr().out
+    again = results.get(fn, 4)  # 现场训练：同一台机器上和存档的一样
+    assert torch.equal(again["state_dict"]["weight"], written["state_dict"]["weight"])
+    assert "刚在这台机器上训练完" in results.describe()
+    (tmp_path / "results.pt").unlink()  # 文件缺了：同样现场训练
+    results = ShippedResults("nb", directory=tmp_path)
+    results.get(fn, 4)
+    assert results.describe().startswith("1 次刚在这台机器上训练完")
+
+
 def test_shipped_results_files_are_valid_and_small():
     paths = sorted(shipped.ARTIFACTS.glob("*/results.json"))
     assert {p.parent.name for p in paths} == {"06_multihead_attention", "07_transformer_block", "08_architectures",
