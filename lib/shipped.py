@@ -215,7 +215,7 @@ class ShippedResults:
         parts = []
         if n["shipped"]:
             parts.append(f"{n['shipped']} 次训练的结果来自随仓库发布的 {where}"
-                         f"（在维护者的机器上训练；代码指纹 {lib_fingerprint()}）")
+                         f"（在维护者的机器上训练；lib 的代码指纹 {lib_fingerprint()}）")
         if n["trained"]:
             why = ("RETRAIN = True" if self.retrain else f"{WRITE_ENV}=1：重新生成随仓库发布的结果" if self.write
                    else "代码、数据或参数和随仓库发布时不同")
