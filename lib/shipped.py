@@ -163,11 +163,16 @@ class ShippedResults:
 
     def _load_tensors(self) -> dict:
         """results.pt 里的张量；文件缺了或坏了就当作没有（用到它的结果现场训练），并说明原因。"""
+        self.tensors_broken = False
         if not self.tensor_path.exists():
+            if TENSOR in json.dumps(self.stored):
+                self.tensors_broken = True
+                print(f"找不到 {self.tensor_path.name}，用到其中权重的训练会在这台机器上重做", flush=True)
             return {}
         try:
             return torch.load(self.tensor_path, weights_only=True)
         except Exception as exc:  # noqa: BLE001  截断、不是 torch 的文件……：不让整页停下
+            self.tensors_broken = True
             print(f"读不了 {self.tensor_path.name}（{type(exc).__name__}），用到其中权重的训练会在这台机器上重做", flush=True)
             return {}
 
@@ -218,6 +223,7 @@ class ShippedResults:
                          f"（在维护者的机器上训练；lib 的代码指纹 {lib_fingerprint()}）")
         if n["trained"]:
             why = ("RETRAIN = True" if self.retrain else f"{WRITE_ENV}=1：重新生成随仓库发布的结果" if self.write
+                   else f"{self.tensor_path.name} 缺失或读不了" if self.tensors_broken
                    else "代码、数据或参数和随仓库发布时不同")
             parts.append(f"{n['trained']} 次刚在这台机器上训练完（{why}）")
             if not self.write:

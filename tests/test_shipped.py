@@ -152,11 +152,26 @@ def test_missing_or_broken_results_pt_retrains_instead_of_crashing(tmp_path, mon
     assert "读不了 results.pt" in capsys.readouterr().out
     again = results.get(fn, 4)  # 现场训练：同一台机器上和存档的一样
     assert torch.equal(again["state_dict"]["weight"], written["state_dict"]["weight"])
-    assert "刚在这台机器上训练完" in results.describe()
-    (tmp_path / "results.pt").unlink()  # 文件缺了：同样现场训练
+    assert "刚在这台机器上训练完（results.pt 缺失或读不了）" in results.describe()
+    (tmp_path / "results.pt").unlink()  # 文件缺了：同样现场训练，并说出是哪个文件
     results = ShippedResults("nb", directory=tmp_path)
+    assert "找不到 results.pt" in capsys.readouterr().out
     results.get(fn, 4)
-    assert results.describe().startswith("1 次刚在这台机器上训练完")
+    assert results.describe().startswith("1 次刚在这台机器上训练完（results.pt 缺失或读不了）")
+
+
+SHIPPED_PAGES = ("06_multihead_attention", "07_transformer_block", "08_architectures", "09_training_details",
+                 "12_modern_transformer")
+
+
+@pytest.mark.parametrize("page", SHIPPED_PAGES)
+def test_stored_outputs_say_the_results_are_the_shipped_ones(page):
+    """存下的输出里，训练单元格的来源一行必须是“来自随仓库发布的”：改了训练单元格之后只运行 make notebooks
+    （没有 make artifact），存下的就是“刚在这台机器上训练完”，nbval 拿它和自己比会通过，这里不会。"""
+    nb = json.loads((shipped.REPO_ROOT / "notebooks" / f"{page}.ipynb").read_text(encoding="utf-8"))
+    text = "".join("".join(o.get("text", "")) for c in nb["cells"] for o in c.get("outputs", []))
+    assert "来自随仓库发布的" in text, page
+    assert "刚在这台机器上训练完" not in text, f"{page}：存下的结果是现场训练的，请运行 make artifact 再提交"
 
 
 def test_shipped_results_files_are_valid_and_small():
