@@ -176,14 +176,15 @@ def _open(page, path: str):
 
 def _run_everything(page) -> dict:
     """像学生一样“运行全部”；遇到错误时 JupyterLab 会停下，就从下一个没运行的单元格接着运行。"""
-    start = 0
+    start, tries = 0, 0
     while True:
         page.evaluate(JS_RUN_BELOW, [start, RUN_TIMEOUT_MS])
         state = page.evaluate(JS_STATE)
-        not_run = [i for i, c in enumerate(state["cells"]) if c["type"] == "code" and c["count"] is None and i > start]
-        if not not_run:
+        # 包括 start 本身：机器很忙时，起点那个单元格也可能还没有执行编号（CI 里见过一次）
+        not_run = [i for i, c in enumerate(state["cells"]) if c["type"] == "code" and c["count"] is None and i >= start]
+        if not not_run or tries > len(state["cells"]):  # 一直运行不了的单元格：交给调用者的断言报告
             return state
-        start = not_run[0]
+        start, tries = not_run[0], tries + 1
 
 
 def _errors(state) -> list[tuple[int, str, str]]:
