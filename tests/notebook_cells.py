@@ -14,3 +14,11 @@ def run_cell(notebook: Path, ns: dict, marker: str) -> None:
     filename = f"<{notebook.name}: {marker}>"
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     exec(compile(source, filename, "exec"), ns)
+
+
+def notebook_namespace(notebook: Path, *markers: str) -> dict:
+    """依次执行含有这些 marker 的单元格之后的命名空间（"__name__" 是 "__main__"，像 Jupyter 里一样）。"""
+    ns: dict = {"__name__": "__main__"}
+    for marker in markers:
+        run_cell(notebook, ns, marker)
+    return ns

@@ -12,7 +12,7 @@ import pytest
 from lib.shipped import ShippedResults
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from notebook_cells import run_cell  # noqa: E402
+from notebook_cells import notebook_namespace, run_cell  # noqa: E402
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "12_modern_transformer.ipynb"
 UNSEEN_SEED = 3
@@ -21,9 +21,7 @@ UNSEEN_SEED = 3
 @pytest.fixture(scope="module")
 def notebook():
     """notebook 的导入、两组零件和训练单元格执行之后的命名空间（种子 0–2 取随仓库发布的结果，很快）。"""
-    ns: dict = {"__name__": "__main__"}  # 像 IPython 的单元格：定义的函数属于 __main__
-    for marker in ("from lib.shipped import ShippedResults", "best_d_ff =", "def train_variant"):
-        run_cell(NOTEBOOK, ns, marker)
+    ns = notebook_namespace(NOTEBOOK, "from lib.shipped import ShippedResults", "best_d_ff =", "def train_variant")
     assert isinstance(ns["shipped"], ShippedResults) and UNSEEN_SEED not in ns["SEEDS"]
     assert ns["shown_is_shipped"], "notebook 12 的训练单元格没有用上随仓库发布的结果：请运行 make artifact"
     return ns
