@@ -1,4 +1,4 @@
-"""测试用：像 IPython 一样执行 notebook 里的某个代码单元格（tests/test_training_details.py、test_modern_transformer.py）。"""
+"""测试用：像 IPython 一样执行 notebook 里的某个代码单元格（tests/test_training_details.py、test_modern_transformer.py、test_architectures.py）。"""
 import linecache
 from pathlib import Path
 
@@ -6,11 +6,17 @@ import nbformat
 
 
 def run_cell(notebook: Path, ns: dict, marker: str) -> None:
-    """执行 notebook 里第一个含有 marker 的代码单元格，像 IPython 一样把源码放进 linecache（结果的键要读源码）。
-    ns 里放 "__name__": "__main__"，单元格里定义的函数就和在 Jupyter 里一样属于 __main__。"""
-    cells = [c.source for c in nbformat.read(notebook, as_version=4).cells if c.cell_type == "code"]
-    source = next((s for s in cells if marker in s), None)
-    assert source is not None, f"{notebook.name} 里找不到含有 {marker!r} 的单元格：notebook 改了结构，请同步这个测试"
+    """执行 notebook 里带 marker 这个标签（cell tag）的代码单元格，没有的话执行第一个含有 marker 的；像 IPython 一样把
+    源码放进 linecache（结果的键要读源码）。ns 里放 "__name__": "__main__"，单元格里定义的函数就和在 Jupyter 里一样
+    属于 __main__。断言单元格用标签（如 "seed-claims-warmup"）找：页面上改了界限，测试检查的就是改过的界限。"""
+    cells = [c for c in nbformat.read(notebook, as_version=4).cells if c.cell_type == "code"]
+    tagged = [c for c in cells if marker in c.metadata.get("tags", [])]
+    assert len(tagged) <= 1, f"{notebook.name} 里有 {len(tagged)} 个单元格带标签 {marker!r}：应该只有一个"
+    if tagged:  # 结论单元格：标签挪到了没有断言的单元格上，测试就什么也不检查了
+        assert "assert " in tagged[0].source, f"{notebook.name} 里带标签 {marker!r} 的单元格没有 assert"
+    cell = tagged[0] if tagged else next((c for c in cells if marker in c.source), None)
+    assert cell is not None, f"{notebook.name} 里找不到标签为或含有 {marker!r} 的单元格：notebook 改了结构，请同步这个测试"
+    source = cell.source
     filename = f"<{notebook.name}: {marker}>"
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     exec(compile(source, filename, "exec"), ns)

@@ -35,7 +35,7 @@ def test_reverser_claims_hold_on_a_seed_the_notebook_does_not_show(notebook):
     ns["reversers"], ns["losses"] = {UNSEEN_SEED: model.eval()}, {UNSEEN_SEED: result["losses"]}
     run_cell(NOTEBOOK, ns, "def greedy_decode")  # 在 500 个没见过的串上解码（只有种子 3）
     print(ns["accuracy"])
-    run_cell(NOTEBOOK, ns, 'assert accuracy[seed]["sequence"] >= 0.95')
+    run_cell(NOTEBOOK, ns, "seed-claims-decoding")
     run_cell(NOTEBOOK, ns, "def anti_diagonal")
     print(ns["align"])
-    run_cell(NOTEBOOK, ns, "hit, weight = max(align[")
+    run_cell(NOTEBOOK, ns, "seed-claims-alignment")

@@ -33,4 +33,4 @@ def test_modern_parts_claims_hold_on_a_seed_the_notebook_does_not_show(notebook)
     ns["test_ppl"] = {(name, UNSEEN_SEED): ns["train_variant"](ns["PARTS"][name], UNSEEN_SEED, ns["train"], ns["test"])["test_ppl"]
                       for name in ns["configs"]}
     print({key: round(v, 3) for key, v in ns["test_ppl"].items()})
-    run_cell(NOTEBOOK, ns, "assert all(4.7 < test_ppl[name, s] < 5.1")
+    run_cell(NOTEBOOK, ns, "seed-claims-modern")

@@ -35,7 +35,7 @@ def test_warmup_claims_hold_on_a_seed_the_notebook_does_not_show(notebook):
     ns["history"] = {key: r["history"] for key, r in runs.items()}
     ns["dev_ppl"] = {key: r["dev_ppl"] for key, r in runs.items()}
     print({key: round(v, 2) for key, v in ns["dev_ppl"].items()})
-    run_cell(NOTEBOOK, ns, 'assert dev_ppl["post", 0, s] > 15')
+    run_cell(NOTEBOOK, ns, "seed-claims-warmup")
 
 
 @pytest.mark.slow
@@ -43,4 +43,4 @@ def test_label_smoothing_claims_hold_on_a_seed_the_notebook_does_not_show(notebo
     ns = dict(notebook, SEEDS=(UNSEEN_SEED,))
     ns["smoothing"] = {(eps, UNSEEN_SEED): ns["smoothing_run"](eps, UNSEEN_SEED) for eps in (0.0, 0.1)}
     print(ns["smoothing"])
-    run_cell(NOTEBOOK, ns, 'assert smooth["ppl"] > plain["ppl"] + 0.1')
+    run_cell(NOTEBOOK, ns, "seed-claims-smoothing")
