@@ -89,8 +89,9 @@ notebooks: setup
 
 # 随仓库发布的训练结果：notebook 11 的权重（artifacts/11_mini_gpt/）和 notebook 06、07、08、09、12 的训练结果
 # （artifacts/<notebook>/results.json，张量在旁边的 results.pt；见 lib/shipped.py）。改了 lib 里的模型、
-# 训练循环、toy_language.py / toy_tasks.py 或 notebook 里的训练单元格之后，快速测试 test_shipped_weights_match_the_code
-# 或 nbval（“刚在这台机器上训练完”那一行）会失败，直到运行它，再提交。notebook 11 的权重只在过期时重训；
+# 训练循环、toy_language.py / toy_tasks.py 或 notebook 里的训练单元格之后，快速测试 test_shipped_weights_match_the_code、
+# test_shipped_results_were_made_with_this_lib 或 nbval（“刚在这台机器上训练完”那一行）会失败，直到运行它，再提交。
+# notebook 11 的权重只在过期时重训；最后重新执行这几页和 notebook 11（表里的数都来自这台机器，页面文字要重新核对）。
 # 只重新生成一个 notebook 的结果：make artifact SHIPPED_NOTEBOOKS=notebooks/09_training_details.ipynb
 SHIPPED_NOTEBOOKS := notebooks/06_multihead_attention.ipynb notebooks/07_transformer_block.ipynb notebooks/08_architectures.ipynb \
 	notebooks/09_training_details.ipynb notebooks/12_modern_transformer.ipynb
@@ -98,7 +99,7 @@ artifact: setup
 	$(PY) -m lib.experiments || $(PY) -m lib.experiments --write-artifact
 	for nb in $(SHIPPED_NOTEBOOKS); do rm -f artifacts/$$(basename $$nb .ipynb)/results.json artifacts/$$(basename $$nb .ipynb)/results.pt; done
 	COURSE_WRITE_RESULTS=1 CI=true $(PY) -m lib.tools.run_notebooks $(SHIPPED_NOTEBOOKS)
-	CI=true $(PY) -m lib.tools.run_notebooks $(SHIPPED_NOTEBOOKS)
+	CI=true $(PY) -m lib.tools.run_notebooks $(SHIPPED_NOTEBOOKS) notebooks/11_mini_gpt_vs_rnn.ipynb
 
 # 用 nbgrader 从 source/ 重新生成 release/ 和 solutions/
 release: setup

@@ -1,11 +1,14 @@
-"""pytest 的全局设置：nbval 启动内核失败时重试一次。
+"""pytest 的全局设置：nbval 启动内核失败时重试一次；make test 的两个进程怎样分活；nbval 因随仓库发布的结果
+过期而失败时给出提示；给了 --durations 时（make test）再按文件汇总用时。
 
+nbval 启动内核失败时重试一次：
 jupyter_client 先挑好空闲端口、放开，再让内核去绑定；这中间另一个进程（make test 的另一个
 pytest 进程、它启动的 nbgrader）可能拿到同一个端口，内核就以 "Address already in use" 退出，
 nbval 报 "Kernel died before replying to kernel_info"（jupyter/jupyter_client#276）。
 这和 notebook 的内容无关，所以只对启动失败重试一次；单元格的输出照常逐个比对。
 """
 import nbval.kernel
+import pytest
 
 _start_new_kernel = nbval.kernel.start_new_kernel
 
@@ -61,3 +64,39 @@ def pytest_collection_modifyitems(config, items):
         return -SLOWEST_FIRST.get(item.nodeid.split("::")[0], 0), item.nodeid not in RUN_FIRST_IN_FILE
 
     items.sort(key=order)  # sort 是稳定的：同一个文件里别的测试的顺序（notebook 的单元格顺序）不变
+
+
+# --- nbval 失败时的提示 ------------------------------------------------------------------------------------
+# 随仓库发布的训练结果过期时（改了 notebook 06–12 的训练单元格或 lib），nbval 的差异里只看得到来源那一行从
+# “来自随仓库发布的”变成了“刚在这台机器上训练完”：在失败报告后面说明原因和该做什么。
+STALE_SHIPPED = "刚在这台机器上训练完"
+STALE_HINT = ("这页的训练结果不是随仓库发布的那一份了：训练单元格、它读的数据或函数、参数或 lib/ 改过了"
+              "（lib/shipped.py）。请运行 make artifact，再提交 artifacts/ 和 notebooks/。")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed and ".ipynb::" in item.nodeid and STALE_SHIPPED in str(report.longrepr):
+        report.sections.append(("随仓库发布的结果过期了", STALE_HINT))
+
+
+# --- 按文件汇总的用时（make test 给了 --durations）----------------------------------------------------------
+# --durations 列的是单个测试；notebook 被 nbval 拆成一个单元格一项，测试文件的 fixture 摊在几项里。这里把每个
+# 文件（notebook）的 setup + call + teardown 加起来，列出最慢的几个：SLOWEST_FIRST 的数字就从这里抄。
+_FILE_SECONDS: dict = {}
+
+
+def pytest_runtest_logreport(report):
+    path = report.nodeid.split("::")[0]
+    _FILE_SECONDS[path] = _FILE_SECONDS.get(path, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    if not config.getoption("durations") or not _FILE_SECONDS:
+        return
+    slowest = sorted(_FILE_SECONDS.items(), key=lambda kv: -kv[1])[:15]
+    terminalreporter.write_sep("=", f"最慢的 {len(slowest)} 个文件（秒：每个文件的 setup + call + teardown 之和）")
+    for path, seconds in slowest:
+        terminalreporter.write_line(f"{seconds:8.1f}s  {path}")

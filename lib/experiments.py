@@ -4,7 +4,7 @@
 - **随仓库发布的权重**（``ARTIFACT_DIR``，每组一个 float32 文件）：notebook 11 默认评估它们。清单里每个模型的键是
   “完整设定 + 代码指纹”的哈希（``artifact_key``、``code_fingerprint``）：改了模型、训练循环或数据生成器，键就
   对不上，notebook 改为重新训练，tests/test_experiments.py 的快速测试失败，直到运行
-  ``python -m lib.experiments --write-artifact``（或 ``make artifact``）重新生成。
+  ``make artifact``（它也重新生成 notebook 06–12 的结果；只要这 21 个模型：``python -m lib.experiments --write-artifact``）。
 - ``load_or_train`` / ``run_many``：训练，或从本机缓存 ``.cache/experiments/``（git 忽略，键里还有设备和 torch
   版本）取回；CPU 上几次训练用几个进程同时跑。同一台机器上逐位可重复；换一台机器或 GPU，权重就不同。
 测量（主谓一致、注意力统计、困惑度下限）在 lib/agreement.py。
@@ -293,7 +293,9 @@ def describe_sources(results) -> str:
     """一行话：这些模型的权重从哪里来（随仓库发布 / 本机缓存 / 刚训练完）。"""
     n = {s: sum(r.source == s for r in results) for s in ("artifact", "cache", "trained")}
     seconds = sum(r.history.get("seconds", 0.0) for r in results if r.source == "trained")
-    parts = {"artifact": f"{n['artifact']} 个来自随仓库发布的权重（{ARTIFACT_DIR.relative_to(REPO_ROOT)}/）",
+    device = ((read_manifest() or {}).get("trained_on") or {}).get("device", "cpu").upper()
+    parts = {"artifact": f"{n['artifact']} 个来自随仓库发布的权重（{ARTIFACT_DIR.relative_to(REPO_ROOT)}/，在维护者的 "
+                         f"{device} 上训练；训练代码的指纹 {code_fingerprint()}）",
              "cache": f"{n['cache']} 个从本机缓存 .cache/experiments/ 取回",
              "trained": f"{n['trained']} 个刚训练完（各次训练的用时相加 {seconds:.0f} s）"}
     return "；".join(parts[s] for s in parts if n[s])
@@ -338,7 +340,10 @@ def arm_spec(arm: str, seed: int) -> RunSpec:
 # --- 随仓库发布的权重 --------------------------------------------
 
 ARTIFACT_DIR = REPO_ROOT / "artifacts" / "11_mini_gpt"
-REGENERATE = "python -m lib.experiments --write-artifact"
+REGENERATE = "python -m lib.experiments --write-artifact"  # 只重新生成这 21 个模型（清单里记着这条命令）
+# 维护者该运行的：重新生成随仓库发布的全部训练结果（notebook 06–12），再重新执行用到它们的 notebook
+REGENERATE_ALL = ("make artifact（重新训练随仓库发布的全部结果，再重新执行用到它们的 notebook 06–09、11、12；"
+                  "2 核上约 20–30 分钟），再提交 artifacts/ 和 notebooks/")
 
 
 def artifact_key(spec: RunSpec) -> str:
@@ -384,12 +389,13 @@ def artifact_problems(directory=ARTIFACT_DIR) -> list[str]:
     """发布的权重和现在的代码对不上的地方，一条一句；空列表表示 notebook 11 的模型全部可用。"""
     manifest = read_manifest(directory)
     if manifest is None:
-        return [f"没有找到 {directory}/manifest.json：请运行 {REGENERATE}"]
+        return [f"没有找到 {directory}/manifest.json：请运行 {REGENERATE_ALL}"]
     old, now = manifest.get("code_fingerprint"), code_fingerprint()
-    problems = [f"训练代码或数据生成器改过了（代码指纹 {old} → {now}）：发布的权重已过期，请运行 {REGENERATE}"] * (old != now)
-    problems += [f"{arm} 种子 {seed}：发布的权重里没有这个设定，或文件和清单不符（请运行 {REGENERATE}）"
-                 for arm in NOTEBOOK_ARMS for seed in NOTEBOOK_SEEDS if load_artifact(arm_spec(arm, seed), directory) is None]
-    return problems
+    if old != now:  # 一条就够：指纹一变，每个模型都过期
+        return [f"训练代码或数据生成器改过了（代码指纹 {old} → {now}）：随仓库发布的 {len(manifest.get('runs', {}))} 个"
+                f"模型全部过期。请运行 {REGENERATE_ALL}"]
+    return [f"{arm} 种子 {seed}：发布的权重里没有这个设定，或文件和清单不符（请运行 {REGENERATE_ALL}）"
+            for arm in NOTEBOOK_ARMS for seed in NOTEBOOK_SEEDS if load_artifact(arm_spec(arm, seed), directory) is None]
 
 
 def notebook_runs(keys, retrain: bool = False, workers: int = 2, progress: bool = True, desc: str = "training",

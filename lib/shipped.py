@@ -196,8 +196,8 @@ class ShippedResults:
         tensors: dict = {}
         value = json.loads(json.dumps(_split(fn(*args, **kwargs), key, tensors)))
         self.counts["trained"] += 1
-        if self.write:
-            self._save(key, {"call": _describe_call(fn, args, kwargs), "value": value}, tensors)
+        if self.write:  # "lib"：写下时 lib 的指纹（键里也有它），快速测试据此发现 lib 改过、结果过期
+            self._save(key, {"call": _describe_call(fn, args, kwargs), "lib": lib_fingerprint(), "value": value}, tensors)
         return _join(value, tensors)
 
     def _save(self, key: str, entry: dict, tensors: dict) -> None:

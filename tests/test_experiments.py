@@ -595,7 +595,7 @@ def test_arm_spec_control_differs_only_in_the_training_sentences():
 
 
 def test_shipped_weights_match_the_code():
-    """发布的权重和现在的训练代码、数据生成器对得上。失败时：运行 python -m lib.experiments --write-artifact。"""
+    """发布的权重和现在的训练代码、数据生成器对得上。失败时：运行 make artifact，再提交 artifacts/ 和 notebooks/。"""
     problems = artifact_problems()
     assert not problems, "\n".join(problems)
     manifest = experiments.read_manifest()
@@ -604,6 +604,16 @@ def test_shipped_weights_match_the_code():
     for name, entry in manifest["files"].items():  # 每组一个文件，都远小于 5 MB
         path = experiments.ARTIFACT_DIR / name
         assert path.stat().st_size == entry["bytes"] < 5_000_000
+
+
+def test_describe_sources_says_where_the_weights_came_from():
+    """notebook 11 打印的来源：发布的权重说明在维护者的哪种设备上训练、训练代码的指纹；现场训练的说用时。"""
+    shipped = load_artifact(arm_spec("rnn", 0))
+    line = experiments.describe_sources([shipped, shipped])
+    assert line == (f"2 个来自随仓库发布的权重（artifacts/11_mini_gpt/，在维护者的 CPU 上训练；"
+                    f"训练代码的指纹 {experiments.code_fingerprint()}）")
+    trained = replace(shipped, source="trained", history={**shipped.history, "seconds": 12.4})
+    assert experiments.describe_sources([shipped, trained]).endswith("；1 个刚训练完（各次训练的用时相加 12 s）")
 
 
 def test_shipped_weights_are_float32_and_are_the_final_weights_of_their_run():
@@ -645,7 +655,8 @@ def test_write_artifact_round_trip_and_refuses_stale_weights(tmp_path, monkeypat
     experiments._artifact_file.cache_clear()
     monkeypatch.setattr(experiments, "code_fingerprint", lambda: "0123456789ab")
     problems = experiments.artifact_problems(out)
-    assert problems and "代码指纹" in problems[0] and "--write-artifact" in problems[0]
+    assert len(problems) == 1 and "代码指纹" in problems[0] and "4 个模型全部过期" in problems[0]
+    assert "make artifact" in problems[0]  # 维护者该运行的那一条（它连 notebook 06–12 的结果一起重新生成）
     assert load_artifact(tiny_spec(seed=1), out) is None
     assert runs([("rnn", 0)], cache_dir=tmp_path / "empty")[("rnn", 0)].source == "trained"
 

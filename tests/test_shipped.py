@@ -180,10 +180,33 @@ def test_shipped_results_files_are_valid_and_small():
                                               "09_training_details", "12_modern_transformer"}
     for path in paths:
         stored = json.loads(path.read_text(encoding="utf-8"))
-        assert stored and all(set(v) == {"call", "value"} for v in stored.values()), path
+        assert stored and all(set(v) == {"call", "lib", "value"} for v in stored.values()), path
         assert path.stat().st_size < 1_000_000, path
         tensors = path.with_suffix(".pt")
         if tensors.exists():  # 训练好的权重（06、08）：每个张量都有一个结果引用它
             names = set(torch.load(tensors, weights_only=True))
             used = set(re.findall(r'"%s": "([^"]+)"' % shipped.TENSOR, path.read_text(encoding="utf-8")))
             assert names == used and tensors.stat().st_size < 4_000_000, tensors
+
+
+@pytest.mark.parametrize("page", SHIPPED_PAGES)
+def test_shipped_results_were_made_with_this_lib(page):
+    """每个结果记着写下它时 lib 的指纹（键里也有它）。改了 lib/ 里训练用到的文件（连注释也算），这页的结果就全部
+    过期，nbval 要等执行到训练单元格才发现；这里几毫秒就说清楚原因和该做什么。"""
+    stored = json.loads((shipped.ARTIFACTS / page / "results.json").read_text(encoding="utf-8"))
+    made_with = {entry["lib"] for entry in stored.values()}
+    now = shipped.lib_fingerprint()
+    assert made_with == {now}, (
+        f"{page}：lib/ 里训练用到的文件（{'、'.join(shipped.LIB_FILES)}）改过了（指纹 {'、'.join(sorted(made_with))} → "
+        f"{now}），随仓库发布的训练结果全部过期。请运行 make artifact（重新训练并重新执行 notebook 06–09、11、12），"
+        f"再提交 artifacts/ 和 notebooks/")
+
+
+def test_a_result_records_its_lib_and_an_edited_lib_is_named_as_the_cause(tmp_path, monkeypatch):
+    monkeypatch.setenv(shipped.WRITE_ENV, "1")
+    ShippedResults("nb", directory=tmp_path).get(_define(CELL), 3)
+    entries = json.loads((tmp_path / "results.json").read_text(encoding="utf-8"))
+    assert [e["lib"] for e in entries.values()] == [shipped.lib_fingerprint()]
+    monkeypatch.setattr(shipped, "lib_fingerprint", lambda: "0123456789ab")  # 像改过了 lib/transformer.py
+    with pytest.raises(AssertionError, match="0123456789ab.*make artifact"):
+        test_shipped_results_were_made_with_this_lib(SHIPPED_PAGES[0])
