@@ -27,10 +27,11 @@ nbval.kernel.start_new_kernel = _start_new_kernel_retrying
 # --- 两个 pytest 进程怎样分活（make test 用 pytest -n 2 --dist loadscope --no-loadscope-reorder）----------
 # loadscope 把一个文件（一个 notebook）整个交给一个进程，按收集的顺序一个个发出去。最慢的先发（“最长的先做”），
 # 剩下的短活在两个进程之间自然填平；不然最慢的那个文件最后才开始，另一个进程早就闲着了。
-# 数字是每个文件的秒数（2026-12-01 一次全新克隆的 make test 里各测试用时之和，2 核空闲机器），只用来排顺序：
-# 不准不影响对错，只影响墙钟时间。没列出的文件都在 7 秒以下，按收集的顺序排在最后。
+# 数字是每个文件的墙钟秒数（2026-12-01 一次全新克隆的 make test 里各测试用时之和，2 核空闲机器；make test 最后
+# 打印的“最慢的文件”就是这个数），只用来排顺序：不准不影响对错，只影响墙钟时间。快一些的机器上数字都小一些
+# （2026-12-02 另一台机器：test_experiments.py 520、hub 96），顺序差不多。没列出的文件都在 7 秒以下，排在最后。
 SLOWEST_FIRST = {
-    "tests/test_experiments.py": 748,  # 在没有展示的种子上重新训练 notebook 11 的 7 个模型（一个测试约 720 秒）
+    "tests/test_experiments.py": 748,  # 在没有展示的种子上重新训练 notebook 11 的 7 个模型（一个测试，墙钟 490–720 秒）
     "tests/test_hub.py": 144,
     "tests/test_training_details.py": 113,
     "tests/test_exercises.py": 111,

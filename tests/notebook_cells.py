@@ -16,7 +16,8 @@ def run_cell(notebook: Path, ns: dict, marker: str) -> None:
         assert "assert " in tagged[0].source, f"{notebook.name} 里带标签 {marker!r} 的单元格没有 assert"
     cell = tagged[0] if tagged else next((c for c in cells if marker in c.source), None)
     assert cell is not None, f"{notebook.name} 里找不到标签为或含有 {marker!r} 的单元格：notebook 改了结构，请同步这个测试"
-    source = cell.source
+    # IPython 的行魔法（%matplotlib inline）不是 Python：换成注释，行号不变（训练函数的源码按行从 linecache 读）
+    source = "\n".join("# " + line if line.lstrip().startswith("%") else line for line in cell.source.split("\n"))
     filename = f"<{notebook.name}: {marker}>"
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     exec(compile(source, filename, "exec"), ns)
