@@ -39,7 +39,7 @@ def test_retrieval_batch_targets_are_the_past_tokens():
 
 
 NOTEBOOK_06 = Path(__file__).resolve().parents[1] / "notebooks" / "06_multihead_attention.ipynb"
-# 种子 3、5 的单头模型放弃一个目标（讲义那种解），4 是折中解（x_(t-1) 约 91%），7 是另一条规则的折中解
+# 种子 3、5 的单头模型只盯住一个位置（一个目标全对，另外两个约 10%），4 是折中解（x_(t-1) 约 91%），7 是另一条规则的折中解
 # （x_(t-2) 约 91%）；种子 3、7 的 2 个头放弃了 x_(t-4)（51%、13%）：页面的每条结论在这几种情形上都要成立
 UNSEEN_06 = (3, 4, 5, 7)
 
