@@ -71,8 +71,6 @@ def pytest_collection_modifyitems(config, items):
 # 随仓库发布的训练结果过期时（改了 notebook 06–12 的训练单元格或 lib），nbval 的差异里只看得到来源那一行从
 # “来自随仓库发布的”变成了“刚在这台机器上训练完”：在失败报告后面说明原因和该做什么。
 STALE_SHIPPED = "刚在这台机器上训练完"
-STALE_HINT = ("这页的训练结果不是随仓库发布的那一份了：训练单元格、它读的数据或函数、参数或 lib/ 改过了"
-              "（lib/shipped.py）。请运行 make artifact，再提交 artifacts/ 和 notebooks/。")
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -80,7 +78,10 @@ def pytest_runtest_makereport(item, call):
     outcome = yield
     report = outcome.get_result()
     if report.failed and ".ipynb::" in item.nodeid and STALE_SHIPPED in str(report.longrepr):
-        report.sections.append(("随仓库发布的结果过期了", STALE_HINT))
+        from lib.shipped import REGENERATE_ALL  # 只在失败时导入（lib.shipped 要导入 torch）
+
+        report.sections.append(("随仓库发布的结果过期了", "这页的训练结果不是随仓库发布的那一份了：训练单元格、它读的"
+                                f"数据或函数、参数或 lib/ 改过了（lib/shipped.py）。请运行 {REGENERATE_ALL}"))
 
 
 # --- 按文件汇总的用时（make test 给了 --durations）----------------------------------------------------------

@@ -32,6 +32,7 @@ from . import toy_language as toy
 from .agreement import (AGREEMENT_MODIFIERS, LENGTH_MODIFIERS, agreement_accuracy, agreement_table,  # noqa: F401
                         evaluate_run, moving_average, subject_attention)
 from .rnn import RNNLM
+from .shipped import REGENERATE_ALL
 from .transformer import TransformerConfig, TransformerLM, count_parameters, train_lm
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -341,9 +342,6 @@ def arm_spec(arm: str, seed: int) -> RunSpec:
 
 ARTIFACT_DIR = REPO_ROOT / "artifacts" / "11_mini_gpt"
 REGENERATE = "python -m lib.experiments --write-artifact"  # 只重新生成这 21 个模型（清单里记着这条命令）
-# 维护者该运行的：重新生成随仓库发布的全部训练结果（notebook 06–12），再重新执行用到它们的 notebook
-REGENERATE_ALL = ("make artifact（重新训练 notebook 06–09、12 的结果和过期的 notebook 11 权重，再重新执行这些 notebook；"
-                  "2 核上最多约 20–30 分钟），再提交 artifacts/ 和 notebooks/")
 
 
 def artifact_key(spec: RunSpec) -> str:

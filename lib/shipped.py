@@ -39,6 +39,9 @@ TENSOR = "__tensor__"  # results.json 里张量的占位 {"__tensor__": 名字}�
 
 
 LIB_FILES = ("transformer.py", "rnn.py", "toy_language.py", "toy_tasks.py")  # notebook 里的训练用到的 lib 文件
+# 随仓库发布的结果（这里的和 notebook 11 的权重）过期时，维护者该做的（测试和 nbval 的失败提示都用这一句）
+REGENERATE_ALL = ("make artifact（重新训练 notebook 06–09、12 的结果和过期的 notebook 11 权重，再重新执行这些 notebook；"
+                  "2 核上最多约 20–30 分钟），再提交 artifacts/ 和 notebooks/")
 
 
 def lib_fingerprint() -> str:

@@ -198,11 +198,10 @@ def test_shipped_results_were_made_with_this_lib(page):
     now = shipped.lib_fingerprint()
     assert made_with == {now}, (
         f"{page}：lib/ 里训练用到的文件（{'、'.join(shipped.LIB_FILES)} 之一）改过了（指纹 {'、'.join(sorted(made_with))} → "
-        f"{now}），随仓库发布的训练结果全部过期。请运行 make artifact（重新训练这几页的结果，再重新执行 notebook 06–09、11、12），"
-        f"再提交 artifacts/ 和 notebooks/")
+        f"{now}），随仓库发布的训练结果全部过期。请运行 {shipped.REGENERATE_ALL}")
 
 
-def test_a_result_records_its_lib_and_an_edited_lib_is_named_as_the_cause(tmp_path, monkeypatch):
+def test_a_result_records_its_lib_and_an_edited_lib_is_reported(tmp_path, monkeypatch):
     monkeypatch.setenv(shipped.WRITE_ENV, "1")
     ShippedResults("nb", directory=tmp_path).get(_define(CELL), 3)
     entries = json.loads((tmp_path / "results.json").read_text(encoding="utf-8"))
