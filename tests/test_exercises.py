@@ -158,6 +158,7 @@ PARTIAL = {  # (grade_id, 说明) → 得分比例；不在这里的都是 0
     ("ex7_share", "比值不是占比"): 0.5 / 2,                # share_128k（参考答案的值）对
     ("ex11_counts", "忘了新词的位置"): 1 / 2,
     ("ex11_counts", "有缓存时只数新词"): 1 / 2,
+    ("ex11_counts", "有缓存时每一步都重送提示"): 1 / 2,
     ("ex11_cached_generation", "没用缓存（每步重算整个序列）"): 3 / 6,  # 词元对
 }
 
@@ -278,7 +279,8 @@ def rope(x, positions, base=10000.0):
         "全都能看": "def key_padding_mask(pad_mask):\n    return torch.ones_like(pad_mask)[:, None, None, :]",
     },
     "ex11_counts": {"忘了新词的位置": "def positions_without_cache(n, m):\n    return m * n",
-                    "有缓存时只数新词": "def positions_with_cache(n, m):\n    return m"},
+                    "有缓存时只数新词": "def positions_with_cache(n, m):\n    return m",
+                    "有缓存时每一步都重送提示": "def positions_with_cache(n, m):\n    return n * m + m"},
     "ex11_cached_generation": {
         "没用缓存（每步重算整个序列）": """
 def generate_cached(model, prompt, max_new_tokens):
@@ -335,6 +337,8 @@ def test_typical_wrong_answer_gets_its_expected_score(reference, grade_id, label
     ("ex5_rope", "忽略 base", "要用参数 base"),
     ("ex5_numbers", "(c) 答成负数", "cos 是偶函数"),
     ("ex4_copy_query", "长度不够（c = 1）", "c ≥ ln(99 × 7)"),
+    ("ex11_counts", "有缓存时每一步都重送提示", "每一步都把提示的 n 个位置重新送进了模型"),
+    ("ex11_counts", "有缓存时只数新词", "只数了新词，忘了提示"),
 ])
 def test_wrong_answers_name_the_likely_cause(reference, grade_id, label, hint):
     ns = _with(reference[ec.CHECKS[grade_id].notebook], WRONG[grade_id][label])
@@ -448,6 +452,36 @@ def test_probes_work_when_shipped_as_source_text(reference):
         data = json.loads(json.dumps(shipped["PROBES"][grade_id](reference[check.notebook], 5)))
         assert data == json.loads(json.dumps(probes.PROBES[grade_id](reference[check.notebook], 5))), grade_id
         assert check.verify(data, 5)[0] == 1.0, grade_id
+
+
+KV_COUNTS = {  # positions_with_cache 的写法 → 可见测试通过吗、评分的得分比例
+    "n + m - 1": (True, 1.0),   # 生成循环处理的位置（参考答案）
+    "n + m": (True, 1.0),       # 讲义 §15 的答案：最后一个新词也送进模型
+    "n * m + m": (False, 0.5),  # 每一步都把提示重新送进去
+    "m * n": (False, 0.5),
+    "n + m if n > 100 else n + m - 1": (True, 0.5),  # 两种数法混着用：可见测试的小例子发现不了
+}
+
+
+@pytest.mark.parametrize("body", sorted(KV_COUNTS))
+def test_lecture_kv_count_n_plus_m_is_accepted_everywhere(reference, body):
+    """讲义的答案 n + m 和 n + m − 1 一样：可见测试不报错，评分满分，说明里解释差的那一个位置；错的计数照样丢分。"""
+    passes, want = KV_COUNTS[body]
+    nb5 = "05_masks_and_kv_cache"
+    ns = _with(reference[nb5], f"def positions_with_cache(n, m):\n    return {body}\n")
+    if passes:
+        exec(_visible_test(nb5, "ex11_counts"), ns)  # noqa: S102
+    else:
+        with pytest.raises(AssertionError, match="提示只送进模型一次"):
+            exec(_visible_test(nb5, "ex11_counts"), ns)  # noqa: S102
+    for seed in SEEDS:
+        fraction, message = ec.grade("ex11_counts", ns, seed)
+        assert fraction == pytest.approx(want), message
+    assert ("讲义的 n + m，和 n + m − 1 一样得满分" in message) == (body == "n + m"), message
+    if body == "n + m":
+        assert message.startswith("正确。") and "第 m 个新词" in message and ec.run_check("ex11_counts", ns) is None
+    if want < 1:
+        assert "两种" in message, message  # 说明里说清楚：两种数法都算对
 
 
 def test_tiny_lm_matches_lib_generate_interface():

@@ -405,7 +405,9 @@ COUNTS_LOOPS = counts_src("    return sum(n + i - 1 for i in range(1, m + 1))", 
     return total""")
 COUNTS_FLOAT = counts_src("    return m * n + m * (m - 1) / 2   # 浮点数，但值是整数",
                           "    return np.int64(n + m - 1)")
-COUNTS_LECTURE = counts_src("    return m * n + m * (m - 1) // 2", "    return n + m   # 讲义的答案")
+COUNTS_LECTURE = counts_src("    return m * n + m * (m - 1) // 2", "    return n + m   # 讲义的答案：最后一个新词也送进模型")
+COUNTS_PROMPT_EACH_STEP = counts_src("    return m * n + m * (m - 1) // 2",
+                                     "    return n * m + m   # 每一步都把提示重新送进去，再加上新词")
 COUNTS_NO_GROWTH = counts_src("    return m * n", "    return n + m - 1")
 COUNTS_STRING = counts_src("    return m * n + m * (m - 1) // 2", "    return str(n + m - 1)")
 
@@ -657,7 +659,7 @@ SUBMISSIONS = {  # 学号 → (notebook, {答案单元格的 grade_id: 内容})
                       "ex11_generation_answer": GENERATE_ARGMAX}),
     "f05_lecture_count": (NB5, {"ex8_pad_mask_answer": MASK_EXPAND, "ex11_counts_answer": COUNTS_FLOAT,
                                 "ex11_generation_answer": GENERATE_FEEDS_LAST}),
-    "f05_mistakes": (NB5, {"ex8_pad_mask_answer": MASK_ROWS, "ex11_counts_answer": COUNTS_LECTURE,
+    "f05_mistakes": (NB5, {"ex8_pad_mask_answer": MASK_ROWS, "ex11_counts_answer": COUNTS_PROMPT_EACH_STEP,
                            "ex11_generation_answer": GENERATE_NO_CACHE}),
     "f05_half": (NB5, {"ex8_pad_mask_answer": MASK_NUMPY, "ex11_counts_answer": COUNTS_NO_GROWTH,
                        "ex11_generation_answer": GENERATE_NEW_ONLY}),
@@ -684,6 +686,8 @@ SUBMISSIONS = {  # 学号 → (notebook, {答案单元格的 grade_id: 内容})
         SCALED, "scores = np.where(np.swapaxes(mask, -1, -2), scores, -np.inf)   # 掩码转置了：挡住的是行")}),
     "f01_upstream": (NB1, {"ex1_hand_answer": HAND_UPSTREAM, "ex4_answer": queries_src("20.0 * K[a]", "20.0 * K[a]")}),
     "f05_extra_prompt": (NB5, {"ex11_generation_answer": GENERATE_EXTRA_PROMPT}),
+    # 讲义 §15 的答案 n + m（用缓存时把最后一个新词也送进模型）：“写讲义答案的学生从不丢分”
+    "f05_lecture": (NB5, {"ex11_counts_answer": COUNTS_LECTURE}),
 }
 
 # ============================================================================ 规格：期望的分数
@@ -767,7 +771,7 @@ f05_lecture_count ex8_pad_mask           6      显式 expand 到 (B, 1, T, T)
 f05_lecture_count ex11_counts            3      浮点数（值是整数）和 np.int64
 f05_lecture_count ex11_cached_generation 6      按讲义的数法把最后一个新词也送进去（n + m 个位置）：也对
 f05_mistakes     ex8_pad_mask            0      挡住了行而不是列
-f05_mistakes     ex11_counts             1.5    用缓存时答讲义的 n + m：多了最后一个新词
+f05_mistakes     ex11_counts             1.5    用缓存时每一步都把提示重新送进模型（n·m + m）
 f05_mistakes     ex11_cached_generation  3      没用缓存：词元对，缓存的 3 分没有
 f05_half         ex8_pad_mask            0      NumPy 数组：lib.transformer 不接受，格式不对
 f05_half         ex11_counts             1.5    不用缓存时忘了序列在变长（m·n）
@@ -812,6 +816,7 @@ f01_upstream     ex1_weights             0      用了没缩放的打分
 f01_upstream     ex1_outputs             0      输出 = 自己的权重 × V：错在上游
 f01_upstream     ex4_average_query       0      平均时只指向 k_a：方向错（权重 1.000 / 0.000）
 f05_extra_prompt ex11_cached_generation  3      词元对；多送了一遍提示，处理的位置超过 n + m
+f05_lecture      ex11_counts             3      讲义的答案：用缓存时 n + m（最后一个新词也送进模型），也是满分
 """
 
 # 同一个格式问题，三处说同一句话；None = 这种格式三处都接受（公开测试不报错、自检没有 ✗、评分给满分）
@@ -868,7 +873,7 @@ HINTS = [
     ("f04_mistakes", "ex6_param_count", "124,439,808", "少了最后一个层归一化的 2d"),
     ("f04_half", "ex6_param_count", "都没有参数", "只有可学习的位置嵌入"),
     ("f05_mistakes", "ex8_pad_mask", "掩码挡住的是行还是列", "应该挡列"),
-    ("f05_mistakes", "ex11_counts", "讲义的 n + m", "讲义的 n + m"),
+    ("f05_mistakes", "ex11_counts", "提示只送进模型一次", "每一步都把提示的 n 个位置重新送进了模型"),
     ("f05_mistakes", "ex11_cached_generation", "kv_cache", "kv_cache"),
     ("f01_bool_index", "ex1_self_attention", "因果掩码 (3, 3)", "不能用布尔索引 scores[~mask]"),
     ("f02_torch", "ex3_equivariance", None, "置换的方向反了"),
@@ -1131,6 +1136,7 @@ FRESH_EYES = [
     ("f01_upstream", "ex1_outputs", "和你的 weights_1 一致；错在打分没有除以 √2", "第 i 行是 o_i"),
     ("f01_upstream", "ex4_average_query", "方向不对", "c 足够大"),
     ("f05_extra_prompt", "ex11_cached_generation", "不超过 n + m = ", "应是 n + m − 1"),
+    ("f05_lecture", "ex11_counts", "你写的是讲义的 n + m，和 n + m − 1 一样得满分", "应为"),
     ("f01_transpose", "ex1_self_attention", "np.swapaxes", "检查打分"),
 ]
 

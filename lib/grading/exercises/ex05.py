@@ -255,37 +255,66 @@ def verify_ex8_pad_mask(data, seed):
     return 1.0, OK
 
 
-KV_OFF_BY_ONE = ("讲义的 n + m 把最后一个新词也算了进去；但它生成之后不必再送进模型（已经没有下一个词要预测），"
-                 "所以参考的生成循环一共处理 n + m − 1 个位置（见 notebook 10 演示 4）。")
+# 用 KV 缓存时的两种数法（都给满分）：生成循环真正处理的位置 n + m − 1（参考答案，和 lib.transformer.generate、
+# notebook 10 演示 4 一致），和讲义 §15 的 n + m（把第 m 个新词也送进模型，算出并缓存它的 K、V）
+KV_READINGS = {"loop": lambda n, m: n + m - 1, "lecture": lambda n, m: n + m}
+KV_LECTURE_NOTE = ("用 KV 缓存的计数你写的是讲义的 n + m，和 n + m − 1 一样得满分。两者只差最后一个新词："
+                   "n + m 把第 m 个新词也送进了模型，算出并缓存它的 K、V（如果还要接着生成，下一步就要用到它们）；"
+                   "“生成 m 个词”的循环在得到第 m 个新词之后就结束了，它本身只需要处理 n + m − 1 个位置"
+                   "（lib.transformer.generate、notebook 10 演示 4 就是这样数的）。")
+
+
+def hint_with_cache(n: int, m: int, got: int) -> str:
+    """用 KV 缓存的计数答错时，最可能的原因（got 是学生的数，n、m 是这一组的提示长度和新词个数）。"""
+    if m > 1 and got == m * n + m * (m - 1) // 2:
+        return "这是不用缓存时的数（每一步重新送进整个序列）：用了缓存，之前位置的 K、V 已经存着，每一步只送进最新的一个词。"
+    if m > 1 and got in (m * n + m, m * n + m - 1):
+        return "看起来每一步都把提示的 n 个位置重新送进了模型：用了缓存，提示只送进模型一次，之后每一步只送进最新的一个词。"
+    if m > 1 and got == m * n:
+        return "看起来每一步都送进了 n 个位置：用了缓存，提示只送进模型一次，之后每一步只送进最新的一个词。"
+    if got in (m, m - 1):
+        return "只数了新词，忘了提示：提示的 n 个位置也要送进模型一次（它们的 K、V 要先算出来放进缓存）。"
+    if got == n:
+        return "只数了提示：之后每生成一个词，还要把这个新词送进模型（最后一个新词可以不送）。"
+    return "提示的 n 个位置送进模型一次；之后每生成一个词，只把这个新词送进模型（最后一个新词送不送都算对）。"
 
 
 @_checked
 def verify_ex11_counts(data, seed):
-    """不用缓存（1.5 分）+ 用缓存（1.5 分）。"""
+    """不用缓存（1.5 分）+ 用缓存（1.5 分）。用缓存时 n + m − 1（生成循环处理的位置）和讲义的 n + m 都给满分。"""
     specs = inputs_kv_counts(seed)
+    reading = {}
 
-    def check(key, name, formula, hint):
+    def values(key, name):
         cases = _cases(data, key, len(specs))
-        for (n, m), case in zip(specs, cases):
-            what = f"{name}({n}, {m})"
-            got, want = fmt.read_integer(_result(case, what), what), formula(n, m)
+        return [(n, m, f"{name}({n}, {m})", fmt.read_integer(_result(case, f"{name}({n}, {m})"), f"{name}({n}, {m})"))
+                for (n, m), case in zip(specs, cases)]
+
+    def without():
+        for n, m, what, got in values("without", "positions_without_cache"):
+            want = m * n + m * (m - 1) // 2
             if got != want:
-                raise Wrong(f"{what} = {got:,}，应为 {want:,}。{hint(n, m, got)}")
+                hint = ("第 i 次生成要重算 n + i − 1 个位置：序列在变长。" if got == m * n
+                        else "第 i 次生成要重算 n + i − 1 个位置（i = 1, …, m）。")
+                raise Wrong(f"{what} = {got:,}，应为 {want:,}。{hint}")
 
-    def hint_without(n, m, got):
-        if got == m * n:
-            return "第 i 次生成要重算 n + i − 1 个位置：序列在变长。"
-        return "第 i 次生成要重算 n + i − 1 个位置（i = 1, …, m）。"
+    def with_cache():
+        got = values("with", "positions_with_cache")
+        for name, formula in KV_READINGS.items():  # 每一组都符合同一种数法才算对
+            if all(value == formula(n, m) for n, m, _, value in got):
+                reading["with"] = name
+                return
+        wrong = [(n, m, what, value) for n, m, what, value in got if value not in (n + m - 1, n + m)]
+        if not wrong:
+            raise Wrong("有的组是 n + m − 1、有的组是 n + m：两种数法都算对，但每一组都要用同一种。")
+        n, m, what, value = wrong[0]
+        raise Wrong(f"{what} = {value:,}，应为 {n + m - 1:,}（按讲义把最后一个新词也送进模型，是 {n + m:,}；两种都算对）。"
+                    f"{hint_with_cache(n, m, value)}")
 
-    def hint_with(n, m, got):
-        if got == n + m:
-            return KV_OFF_BY_ONE
-        return "提示的 n 个位置算一次；之后每生成一个词，只把这个新词送进模型（最后一个新词不必再送）。"
-
-    return _score([
-        _part("不用缓存", 1.5, lambda: check("without", "positions_without_cache", lambda n, m: m * n + m * (m - 1) // 2,
-                                         hint_without)),
-        _part("用 KV 缓存", 1.5, lambda: check("with", "positions_with_cache", lambda n, m: n + m - 1, hint_with))])
+    fraction, message = _score([_part("不用缓存", 1.5, without), _part("用 KV 缓存", 1.5, with_cache)])
+    if reading.get("with") == "lecture":
+        message += KV_LECTURE_NOTE
+    return fraction, message
 
 
 @_checked
