@@ -7,7 +7,8 @@ notebook 里的训练函数照常写在单元格里、学生照常读和改；�
     print(results.describe())
 
 每个结果的键是下面这些内容的 SHA-256：训练函数的源码；它读到的、在 notebook 里定义的数据（按内容）和函数
-（按源码，再往下追）；调用的参数（列表、张量按内容）；lib 里训练用到的四个文件的全部源码（``LIB_FILES``）。文件
+（按源码，再往下追）；调用的参数（列表、张量按内容）；lib 里训练用到的四个文件（``LIB_FILES``）。源码都按代码指纹
+（lib/fingerprint.py）算：注释、文档字符串、排版不算，改了它们结果不过期。文件
 ``artifacts/<notebook>/results.json`` 里有这个键就直接用（在维护者的机器上算出的数，一个比特都不差；结果里的
 张量，例如训练好的模型的 ``state_dict()``，存在旁边的 ``results.pt`` 里）；
 没有（改了单元格、改了参数、改了 lib）或 ``retrain=True`` 就在这台机器上现场训练。所以：
@@ -32,30 +33,30 @@ from pathlib import Path
 
 import torch
 
+from .fingerprint import code_fingerprint, code_text
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = REPO_ROOT / "artifacts"
 WRITE_ENV = "COURSE_WRITE_RESULTS"  # =1：每个结果都现场训练，写进 results.json（make artifact 用）
+RETRAIN_ENV = "COURSE_RETRAIN"  # =1：每一页都像 RETRAIN = True 一样现场训练，不写文件（lib/tools/sweep_report.py 用）
 TENSOR = "__tensor__"  # results.json 里张量的占位 {"__tensor__": 名字}；张量本身按名字存在 results.pt 里
 
 
 LIB_FILES = ("transformer.py", "rnn.py", "toy_language.py", "toy_tasks.py")  # notebook 里的训练用到的 lib 文件
 # 随仓库发布的结果（这里的和 notebook 11 的权重）过期时，维护者该做的（测试和 nbval 的失败提示都用这一句）
 REGENERATE_ALL = ("make artifact（重新训练 notebook 06–09、12 的结果和过期的 notebook 11 权重，再重新执行这些 notebook；"
-                  "2 核上最多约 20–30 分钟），再提交 artifacts/ 和 notebooks/")
+                  "2 核上约 15–40 分钟），再提交 artifacts/ 和 notebooks/")
+
+
+def lib_sources() -> list[str]:
+    """lib 里训练用到的文件（LIB_FILES）的源码。每次都重新读：改了 lib 立刻生效。"""
+    here = Path(__file__).resolve().parent
+    return [(here / name).read_text(encoding="utf-8") for name in LIB_FILES]
 
 
 def lib_fingerprint() -> str:
-    """lib 里训练用到的文件（LIB_FILES）的全部源码的哈希（前 12 位）。每次都重新读：改了 lib 立刻生效。"""
-    h = hashlib.sha256()
-    for name in LIB_FILES:
-        h.update(name.encode())
-        h.update((Path(__file__).resolve().parent / name).read_text(encoding="utf-8").replace("\r\n", "\n").encode())
-    return h.hexdigest()[:12]
-
-
-def _source(obj) -> str:
-    """notebook 里定义的函数或类的源码（IPython 把每个单元格的源码放在 linecache 里，inspect 从那里读）。"""
-    return inspect.getsource(obj).replace("\r\n", "\n").strip() + "\n"
+    """lib 里训练用到的文件的代码指纹（lib/fingerprint.py：注释、文档字符串和排版不算）。"""
+    return code_fingerprint(*lib_sources())
 
 
 def _code_names(code) -> set:
@@ -81,7 +82,7 @@ def _dependencies(fn, seen: set) -> dict:
         if inspect.isfunction(value) or inspect.isclass(value):
             if getattr(value, "__module__", None) == "__main__":  # 在 notebook 里定义的
                 try:
-                    out[name] = {"source": _source(value)}
+                    out[name] = {"source": code_text(value)}
                 except (OSError, TypeError):  # Python 3.11 读不到 notebook 里定义的类的源码
                     out[name] = {"class": value.__qualname__}
                 if inspect.isfunction(value):
@@ -122,7 +123,7 @@ def _describe_call(fn, args, kwargs) -> str:
 
 def result_key(fn, args=(), kwargs=None) -> str:
     """一个结果的键（前 16 位）：fn 的源码、fn 读到的 notebook 里的数据和函数、参数、lib 的指纹。"""
-    text = json.dumps({"fn": fn.__name__, "source": _source(fn), "uses": _dependencies(fn, {fn.__name__}),
+    text = json.dumps({"fn": fn.__name__, "source": code_text(fn), "uses": _dependencies(fn, {fn.__name__}),
                        "args": _canonical(list(args)), "kwargs": _canonical(kwargs or {}),
                        "lib": lib_fingerprint()}, sort_keys=True, ensure_ascii=False)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
@@ -158,7 +159,7 @@ class ShippedResults:
     def __init__(self, notebook: str, retrain: bool = False, directory: Path | None = None):
         self.path = Path(directory or ARTIFACTS / notebook) / "results.json"
         self.tensor_path = self.path.with_suffix(".pt")
-        self.retrain = bool(retrain)
+        self.retrain = bool(retrain) or os.environ.get(RETRAIN_ENV) == "1"
         self.write = os.environ.get(WRITE_ENV) == "1"
         self.stored = json.loads(self.path.read_text(encoding="utf-8")) if self.path.exists() else {}
         self.tensors = self._load_tensors()
@@ -222,8 +223,7 @@ class ShippedResults:
             where = self.path
         parts = []
         if n["shipped"]:
-            parts.append(f"{n['shipped']} 次训练的结果来自随仓库发布的 {where}"
-                         f"（在维护者的机器上训练；lib 的代码指纹 {lib_fingerprint()}）")
+            parts.append(f"{n['shipped']} 次训练的结果来自随仓库发布的 {where}（在课程维护者的机器上训练）")
         if n["trained"]:
             why = ("RETRAIN = True" if self.retrain else f"{WRITE_ENV}=1：重新生成随仓库发布的结果" if self.write
                    else f"{self.tensor_path.name} 缺失或读不了" if self.tensors_broken
