@@ -19,11 +19,17 @@ def run_cell(notebook: Path, ns: dict, marker: str) -> None:
     # IPython 的行魔法（%matplotlib inline）不是 Python：换成注释，行号不变（训练函数的源码按行从 linecache 读）
     source = "\n".join("# " + line if line.lstrip().startswith("%") else line for line in cell.source.split("\n"))
     if tagged:  # 结论单元格：标签挪到了没有断言的单元格上，测试就什么也不检查了（注释里的 assert 不算）
-        assert any(isinstance(node, ast.Assert) for node in ast.walk(ast.parse(source))), \
-            f"{notebook.name} 里带标签 {marker!r} 的单元格没有 assert 语句"
+        assert any(_is_check(node) for node in ast.walk(ast.parse(source))), \
+            f"{notebook.name} 里带标签 {marker!r} 的单元格既没有 assert 语句，也没有调用 lib.claims 的 check(...)"
     filename = f"<{notebook.name}: {marker}>"
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     exec(compile(source, filename, "exec"), ns)
+
+
+def _is_check(node) -> bool:
+    """assert 语句，或者对 check(...)（lib.claims：结论不成立时抛出 AssertionError）的调用。"""
+    return isinstance(node, ast.Assert) or (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                                            and node.func.id == "check")
 
 
 def notebook_namespace(notebook: Path, *markers: str) -> dict:

@@ -28,10 +28,20 @@ def test_claim_cell_is_found_by_its_tag_and_an_edited_bound_is_checked(tmp_path)
         run_cell(path, ns, "seed-claims-x")
 
 
-@pytest.mark.parametrize("source", ["x = 1  # we no longer assert anything", "print('assert x > 0')"])
+def test_a_claims_table_counts_as_a_check(tmp_path):
+    """结论单元格也可以用 lib.claims 的 check(...)：一条不成立就 AssertionError，写明是哪一条。"""
+    cell = "from lib.claims import always, check\ncheck(always('每个种子都大于 2', xs, low=2))"
+    path = _notebook(tmp_path, (cell, ["seed-claims-x"]))
+    run_cell(path, {"xs": [3, 4]}, "seed-claims-x")
+    with pytest.raises(AssertionError, match="每个种子都大于 2"):
+        run_cell(path, {"xs": [3, 1]}, "seed-claims-x")
+
+
+@pytest.mark.parametrize("source", ["x = 1  # we no longer assert anything", "print('assert x > 0')",
+                                    "print('check(x)')"])
 def test_a_tagged_cell_without_an_assert_statement_is_refused(tmp_path, source):
     path = _notebook(tmp_path, (source, ["seed-claims-x"]))
-    with pytest.raises(AssertionError, match="没有 assert 语句"):
+    with pytest.raises(AssertionError, match="没有 assert 语句.*check"):
         run_cell(path, {}, "seed-claims-x")
 
 
