@@ -214,6 +214,18 @@ def agreement_by_prefix_length(model, items, pair=None) -> dict:
     return {n: (len(v), sum(v) / len(v)) for n, v in sorted(groups.items())}
 
 
+def agreement_by_verb_position(model, modifiers=(4, 5)) -> dict:
+    """几个修饰语个数的题合在一起，按预测主动词的位置（= 前缀长度 − 1）分组：{位置: (题数, 准确率)}
+    （notebook 11 演示 3 的对照实验）。"""
+    out: dict[int, list] = {}
+    for k in modifiers:
+        for length, (n, acc) in agreement_by_prefix_length(model, agreement_items(k)).items():
+            total = out.setdefault(length - 1, [0, 0.0])
+            total[0] += n
+            total[1] += n * acc
+    return {p: (n, right / n) for p, (n, right) in sorted(out.items())}
+
+
 def pooled_accuracy(table: dict, modifiers) -> float:
     """几个修饰语个数合在一起的准确率（每个个数题数相同，所以就是平均）。"""
     return sum(table[k] for k in modifiers) / len(modifiers)
@@ -319,6 +331,54 @@ def example_attention(model, example: Example) -> dict:
     return {"weights": weights, "last_row": weights[:, :, -1, :], "p_singular": p_sg, "p_plural": p_pl}
 
 
+VERB_FORMS = frozenset(form for pair in toy.TRANSITIVE + toy.INTRANSITIVE for form in pair)
+
+
+def idle_row_attention(model, head: tuple[int, int], example: Example) -> dict:
+    """§11.4 的“注意力汇聚”：一个头在主语及其之后的每一行上看哪里（notebook 11 在页面上一行一行地写了同样的量）。
+
+    按这门语言的文法把这些行分成两类：下一个词可以是动词的行（主动词或从句动词，形式都跟着主语），和下一个词
+    不可能是动词的行（修饰语中间：这个头“没事可做”）。返回 {"busy": 前一类的行数, "on_subject": 这些行上分给主语
+    的平均权重, "idle": 后一类的行数, "on_start": 这些行上分给主语之前的位置（<s> 和主语的限定词、形容词）的平均
+    权重之和, "on_bos": 其中分给 <s> 的}。"""
+    weights = example_attention(model, example)["weights"][head]  # (T, T)
+    busy, idle = [], []
+    for t in range(example.subject_pos, len(example.tokens)):
+        nxt = next_word_distribution(example.tokens[: t + 1])
+        (busy if any(p > 0 for w, p in nxt.items() if w in VERB_FORMS) else idle).append(t)
+    mean = lambda xs: sum(xs) / len(xs) if xs else float("nan")
+    return {"busy": len(busy), "on_subject": mean([float(weights[t, example.subject_pos]) for t in busy]),
+            "idle": len(idle), "on_start": mean([float(weights[t, : example.subject_pos].sum()) for t in idle]),
+            "on_bos": mean([float(weights[t, 0]) for t in idle])}
+
+
+@torch.no_grad()
+def position_probe(model, n_fit: int = 600, n_eval: int = 600, seed: int = 17) -> dict:
+    """从模型最后一层的表示里能不能读出“这是第几个位置”：在 n_fit 句上用最小二乘拟合一个线性读出（表示 → 位置），
+    在另外 n_eval 句上量平均绝对误差（以位置计）。对照：同样的读出只用词向量（不含任何位置信息），以及永远猜
+    平均位置。返回 {"probe": …, "tokens_only": …, "mean_guess": …}，都是平均绝对误差。"""
+    model.eval()
+    sents = [toy.encode(s.words) for s in toy.generate_corpus(n_fit + n_eval, seed=seed)]
+
+    def features(seqs, fn):
+        x = _pad(seqs)
+        h = fn(x)  # (B, T, d)
+        real = x != toy.PAD_ID
+        pos = torch.arange(x.size(1)).expand_as(x)
+        return torch.cat([h[real], torch.ones(int(real.sum()), 1)], dim=1).double(), pos[real].double()
+
+    out = {}
+    for name, fn in (("probe", lambda x: model.hidden_states(x)[0]), ("tokens_only", model.tok_emb)):
+        a, y = features(sents[:n_fit], fn)
+        w = torch.linalg.lstsq(a, y[:, None]).solution  # (d + 1, 1)
+        b, z = features(sents[n_fit:], fn)
+        out[name] = float((b @ w).squeeze(1).sub(z).abs().mean())
+    _, y = features(sents[:n_fit], model.tok_emb)
+    _, z = features(sents[n_fit:], model.tok_emb)
+    out["mean_guess"] = float((z - y.mean()).abs().mean())
+    return out
+
+
 # ----------------------------------------------------------------------------
 # notebook 11 用到的每个模型的全部读数
 # ----------------------------------------------------------------------------
@@ -333,8 +393,10 @@ def evaluate_run(result) -> dict:
     那几行的平均长度；"by_prefix_4"：4 个修饰语的题按前缀长度分组的准确率；
     "heads"：2 个修饰语的 1000 句上每个头分给主语 / 干扰名词的权重（subject_attention）；
     "subject_head"、"subject_head_by_k"：subject_head_by_length 的结果（找主语的头，和它在 2、4、6、10 个
-    修饰语时分给主语的平均权重）；"examples"：讲义的两个例句上 P(单数动词)、P(复数动词)，以及找主语的头
-    分给主语、分给所有干扰名词的权重。
+    修饰语时分给主语的平均权重）；"by_verb_position"：4、5 个修饰语的题按预测主动词的位置分组的准确率
+    （agreement_by_verb_position）；"examples"：讲义的两个例句上 P(单数动词)、P(复数动词)，以及找主语的头
+    分给主语、分给所有干扰名词的权重，任何一个头分给 <s> 的最大权重，找主语的头在“没事可做”的行上看哪里
+    （idle_row_attention）；"position_probe"：从最后一层的表示线性读出位置的误差（position_probe）。
     """
     from .experiments import splits_for  # 同一份数据（lib/experiments 按设定生成，每个进程只生成一次）
 
@@ -349,6 +411,7 @@ def evaluate_run(result) -> dict:
     if model.pos_emb is not None:  # 可学习的位置嵌入：训练中用到的那些行（位置 0–18）的平均长度
         out["position_norm"] = float(model.pos_emb.table.weight.detach()[: toy.MAX_TRAIN_LEN - 1].norm(dim=1).mean())
     out["by_prefix_4"] = agreement_by_prefix_length(model, agreement_items(4), pairs[4])
+    out["by_verb_position"] = agreement_by_verb_position(model, (4, 5))
     out["heads"] = subject_attention(model, agreement_items(2))
     best, out["subject_head_by_k"] = subject_head_by_length(model, (2, 4, 6, 10))
     out["subject_head"] = best
@@ -359,5 +422,8 @@ def evaluate_run(result) -> dict:
         row = att["last_row"][best]  # 找主语的头在预测主动词处的一行
         out["examples"].append({"p_singular": att["p_singular"], "p_plural": att["p_plural"],
                                 "subject": float(row[ex.subject_pos]),
-                                "distractors": float(row[ex.distractor_pos].sum())})
+                                "distractors": float(row[ex.distractor_pos].sum()),
+                                "bos": float(att["last_row"][:, :, 0].max()),  # 任何一个头在预测主动词处分给 <s> 的最大权重
+                                "idle": idle_row_attention(model, best, ex)})
+    out["position_probe"] = position_probe(model)
     return out

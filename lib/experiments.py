@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import functools
 import hashlib
-import inspect
 import json
 import math
 import multiprocessing
@@ -27,23 +26,18 @@ from pathlib import Path
 
 import torch
 
+from . import fingerprint
 from . import toy_language as toy
 # 练习 10 和旧代码用 ex.agreement_table(...) 这样的写法：测量函数在 lib/agreement.py，这里转一手
 from .agreement import (AGREEMENT_MODIFIERS, LENGTH_MODIFIERS, agreement_accuracy, agreement_table,  # noqa: F401
                         evaluate_run, moving_average, subject_attention)
 from .rnn import RNNLM
-from .shipped import REGENERATE_ALL
+from .shipped import REGENERATE_ALL, RETRAIN_ENV, lib_sources
 from .transformer import TransformerConfig, TransformerLM, count_parameters, train_lm
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CACHE_DIR = REPO_ROOT / ".cache" / "experiments"
 CACHE_FORMAT = 1
-# lib/transformer.py 里和训练结果无关的名字（公式、计数、生成……）：改它们不让权重过期；其余的源码都进代码指纹
-_NOT_TRAINING = {"block_param_formula", "lm_param_formula", "count_parameters", "generate",
-                 "self_attention_loop", "layer_norm", "sinusoidal_shift_matrix", "EncoderDecoder",
-                 "pad_mask_from_tokens", "_progress",
-                 # §11 的 train_lm 不用它们：notebook 04 的最小 Transformer、notebook 06–09 的小实验的训练循环
-                 "MinimalTransformer", "train_steps"}
 
 
 # --- 一次训练的设定和缓存的键 ------------------------------------
@@ -113,29 +107,12 @@ def rnn_spec(seed: int = 0, **changes) -> RunSpec:
     return RunSpec(model="rnn", seed=seed, label=f"RNN seed={seed}", **changes)
 
 
-def _text(source: str) -> bytes:
-    """源码的字节（换行统一成 \\n：Windows 上 git 检出的 CRLF 不改变指纹）。"""
-    return source.replace("\r\n", "\n").encode("utf-8")
-
-
 @functools.lru_cache(maxsize=None)
 def code_fingerprint() -> str:
-    """决定训练结果的代码的哈希（前 12 位）：lib/transformer.py 里除 _NOT_TRAINING 以外每个函数和类的源码，
-    lib/rnn.py 和 lib/toy_language.py（数据生成器）整个文件，本文件里建模型、取数据、训练的四个函数。
-    只认源码文本，和 Python、torch 的版本无关；每个进程只算一次。"""
-    from . import transformer
-
-    h = hashlib.sha256()
-    for name, obj in sorted(vars(transformer).items()):
-        if (inspect.isfunction(obj) or inspect.isclass(obj)) and obj.__module__ == transformer.__name__ \
-                and name not in _NOT_TRAINING:
-            h.update(name.encode())
-            h.update(_text(inspect.getsource(obj)))
-    for name in ("rnn.py", "toy_language.py"):
-        h.update(_text((Path(__file__).resolve().parent / name).read_text(encoding="utf-8")))
-    for fn in (build_model, splits_for, _standard_splits, train_run):  # RunSpec 的字段已经全在 to_dict() 里
-        h.update(_text(inspect.getsource(fn)))
-    return h.hexdigest()[:12]
+    """决定训练结果的代码的指纹（lib/fingerprint.py：注释、文档字符串和排版不算）：lib 里训练用到的四个文件
+    （lib/shipped.py 的 LIB_FILES，notebook 06–09、12 的结果也按它们存档），加上本文件里建模型、取数据、训练的
+    四个函数。和 Python、torch 的版本无关；每个进程只算一次。"""
+    return fingerprint.code_fingerprint(*lib_sources(), build_model, splits_for, _standard_splits, train_run)
 
 
 def default_device() -> torch.device:
@@ -147,11 +124,19 @@ def _device(device=None) -> torch.device:
     return torch.device(device) if device is not None else default_device()
 
 
+def _kernels(device) -> str:
+    """CPU 上用的是哪一套向量化的计算核（AVX512、AVX2……，可以用环境变量 ATEN_CPU_CAPABILITY 和
+    MKL_ENABLE_INSTRUCTIONS 换）：换一套就是换了浮点运算的顺序，和换一台 CPU 一样，训练出的权重不同。"""
+    if device.type != "cpu":
+        return device.type
+    return f"{torch.backends.cpu.get_cpu_capability()}/{os.environ.get('MKL_ENABLE_INSTRUCTIONS', '')}"
+
+
 def cache_key(spec: RunSpec, device=None) -> str:
-    """本机缓存的键：完整设定 + 代码指纹 + 缓存格式 + torch 版本 + 训练设备类型（CPU 和 GPU 训练的权重各存各的）。"""
+    """本机缓存的键：完整设定 + 代码指纹 + 缓存格式 + torch 版本 + 训练设备类型和 CPU 的计算核（各存各的）。"""
     device = _device(device)
     payload = {"spec": spec.to_dict(), "code": code_fingerprint(), "format": CACHE_FORMAT,
-               "torch": torch.__version__, "device": device.type}
+               "torch": torch.__version__, "device": device.type, "kernels": _kernels(device)}
     text = json.dumps(payload, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -294,9 +279,7 @@ def describe_sources(results) -> str:
     """一行话：这些模型的权重从哪里来（随仓库发布 / 本机缓存 / 刚训练完）。"""
     n = {s: sum(r.source == s for r in results) for s in ("artifact", "cache", "trained")}
     seconds = sum(r.history.get("seconds", 0.0) for r in results if r.source == "trained")
-    device = ((read_manifest() or {}).get("trained_on") or {}).get("device", "cpu").upper()
-    parts = {"artifact": f"{n['artifact']} 个来自随仓库发布的权重（{ARTIFACT_DIR.relative_to(REPO_ROOT)}/，在维护者的 "
-                         f"{device} 上训练；训练代码的指纹 {code_fingerprint()}）",
+    parts = {"artifact": f"{n['artifact']} 个模型的权重随仓库发布（{ARTIFACT_DIR.relative_to(REPO_ROOT)}/，在课程维护者的 CPU 上训练）",
              "cache": f"{n['cache']} 个从本机缓存 .cache/experiments/ 取回",
              "trained": f"{n['trained']} 个刚训练完（各次训练的用时相加 {seconds:.0f} s）"}
     return "；".join(parts[s] for s in parts if n[s])
@@ -322,19 +305,29 @@ ARMS = {
 }
 # 对照组（演示 3）：训练句最多 4 个修饰语（4 个的占 1/11），主动词在训练中也出现在位置 17–20；别的都不变
 CONTROL_MODIFIER_PROBS = (0.4, 0.3, 0.2, 0.1, 0.1)
+# 只在 10 个种子的汇总里（没有随仓库发布的权重）：加了 dropout 的迷你 GPT（讲义代码 04 的 train_gpt 用 dropout），
+# 和缩到中间大小的正弦编码（位置向量长约 0.8，和训练后的词向量一样长）
+PE_SCALE_MID = 5 * PE_SCALE_MATCHED
+SWEEP_ONLY_ARMS = {
+    "learned_dropout": (("pos", "learned"), ("dropout", 0.1)),
+    "sinusoidal_mid": (("pos", "sinusoidal"), ("pe_scale", PE_SCALE_MID)),
+}
 ARM_NAMES = {"learned": "可学习的位置嵌入", "sinusoidal": "正弦编码", "sinusoidal_small": "正弦编码 × 0.028",
-             "rope": "RoPE", "none": "无位置信息", "rnn": "RNN", "learned_4mod": "可学习的位置嵌入，训练句到 4 个修饰语"}
-NOTEBOOK_SEEDS = (0, 1, 2)  # notebook 11 展示的种子；tests/test_experiments.py 在别的种子上重新训练
-NOTEBOOK_ARMS = (*ARMS, "rnn", "learned_4mod")
+             "rope": "RoPE", "none": "无位置信息", "rnn": "RNN", "learned_4mod": "可学习的位置嵌入，训练句到 4 个修饰语",
+             "learned_dropout": "可学习的位置嵌入，dropout 0.1", "sinusoidal_mid": "正弦编码 × 0.14"}
+NOTEBOOK_SEEDS = (0, 1, 2)  # notebook 11 里逐题、逐句地看的模型：它们的权重随仓库发布
+NOTEBOOK_ARMS = ("learned", "rnn", "none", "learned_4mod")  # 这几组在 notebook 11 里要用到模型本身
+SWEEP_SEEDS = tuple(range(10))  # 10 个种子的汇总：每组每个种子的全部读数（结论按它们检查）
+SWEEP_ARMS = (*ARMS, "rnn", "learned_4mod", *SWEEP_ONLY_ARMS)
 
 
 def arm_spec(arm: str, seed: int) -> RunSpec:
-    """一组实验（ARMS 的名字、"rnn" 或对照组 "learned_4mod"）在一个种子上的设定。"""
+    """一组实验（ARMS、SWEEP_ONLY_ARMS 的名字、"rnn" 或对照组 "learned_4mod"）在一个种子上的设定。"""
     if arm == "rnn":
         return rnn_spec(seed)
     if arm == "learned_4mod":
         return replace(gpt_spec("learned", seed, modifier_probs=CONTROL_MODIFIER_PROBS), label=f"{arm} seed={seed}")
-    (_, pos), *extra = ARMS[arm]
+    (_, pos), *extra = ARMS[arm] if arm in ARMS else SWEEP_ONLY_ARMS[arm]
     return replace(gpt_spec(pos, seed, model_args=tuple(extra)), label=f"{arm} seed={seed}")
 
 
@@ -400,6 +393,7 @@ def notebook_runs(keys, retrain: bool = False, workers: int = 2, progress: bool 
                   directory=None, cache_dir=DEFAULT_CACHE_DIR) -> dict:
     """{(组, 种子): RunResult}。默认用发布的权重（directory 默认 ARTIFACT_DIR）；retrain=True、或发布的权重对不上
     现在的代码时训练（本机缓存里有就取回，见 run_many）。"""
+    retrain = retrain or os.environ.get(RETRAIN_ENV) == "1"
     out = {} if retrain else {key: load_artifact(arm_spec(*key), directory or ARTIFACT_DIR) for key in keys}
     missing = [key for key in keys if out.get(key) is None]
     if missing:
@@ -435,17 +429,135 @@ def write_artifact(directory=ARTIFACT_DIR, workers: int = 2, device="cpu", cache
     return manifest
 
 
+# --- 10 个种子的汇总：每组每个种子的全部读数（不存权重，只存 evaluate_run 读出的数） ------------------
+
+SWEEP_FILE = ARTIFACT_DIR / "sweep.json"
+REGENERATE_SWEEP = "python -m lib.experiments --write-sweep"
+
+
+def readings_fingerprint() -> str:
+    """读数的键里还有算读数的代码（lib/agreement.py）：测量改了，读数就过期，权重不过期。"""
+    return fingerprint.code_fingerprint((Path(__file__).resolve().parent / "agreement.py").read_text(encoding="utf-8"))
+
+
+def sweep_key(spec: RunSpec) -> str:
+    """一个读数的键：发布的权重的键（设定 + 训练代码）加上测量代码的指纹。"""
+    text = json.dumps({"run": artifact_key(spec), "readings": readings_fingerprint()}, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _to_json(x):
+    """读数 → 能写进 JSON 的形式（张量、元组、整数作键的字典都做了记号，读回时还原，见 _from_json）。"""
+    if isinstance(x, torch.Tensor):
+        return {"tensor": x.tolist()}
+    if isinstance(x, tuple):
+        return {"tuple": [_to_json(v) for v in x]}
+    if isinstance(x, dict):
+        if x and all(isinstance(k, int) for k in x):
+            return {"int_keys": [[k, _to_json(v)] for k, v in x.items()]}
+        return {k: _to_json(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_to_json(v) for v in x]
+    return x
+
+
+def _from_json(x):
+    if isinstance(x, dict):
+        if set(x) == {"tensor"}:
+            return torch.tensor(x["tensor"])
+        if set(x) == {"tuple"}:
+            return tuple(_from_json(v) for v in x["tuple"])
+        if set(x) == {"int_keys"}:
+            return {k: _from_json(v) for k, v in x["int_keys"]}
+        return {k: _from_json(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_from_json(v) for v in x]
+    return x
+
+
+def _worker_readings(spec: RunSpec, cache_dir, use_cache: bool, device) -> dict:
+    """子进程里：训练（或从本机缓存取回）一次，读出 evaluate_run 的全部读数（1 个线程）。"""
+    torch.set_num_threads(1)
+    run = load_or_train(spec, cache_dir, use_cache=use_cache, progress=False, device=device)
+    return _to_json(evaluate_run(run))
+
+
+def sweep_readings(arms=None, seeds=None, retrain: bool = False, workers: int = 2,
+                   path=SWEEP_FILE, cache_dir=DEFAULT_CACHE_DIR, use_cache: bool = True, progress: bool = True):
+    """{(组, 种子): evaluate_run 的读数}，以及来源的一句话（arms、seeds 默认 SWEEP_ARMS、SWEEP_SEEDS）。
+    默认取随仓库发布的 sweep.json（键对得上的）；
+    retrain=True（或环境变量 COURSE_RETRAIN=1）、或键对不上时在这台机器上训练并读数（workers 个进程）。"""
+    from .transformer import _progress
+
+    retrain = retrain or os.environ.get(RETRAIN_ENV) == "1"
+    arms, seeds = arms or SWEEP_ARMS, seeds or SWEEP_SEEDS
+    stored = json.loads(Path(path).read_text(encoding="utf-8")).get("runs", {}) if Path(path).exists() else {}
+    keys = [(arm, seed) for arm in arms for seed in seeds]
+    specs = {key: arm_spec(*key) for key in keys}
+    out = {} if retrain else {key: _from_json(stored[sweep_key(specs[key])]["readings"])
+                              for key in keys if sweep_key(specs[key]) in stored}
+    missing = [key for key in keys if key not in out]
+    device = default_device()
+    if missing:
+        bar = _progress(range(len(missing)), len(missing), f"10-seed sweep ({len(missing)} runs)", progress)
+        with ProcessPoolExecutor(max(1, min(workers, len(missing))), mp_context=multiprocessing.get_context("spawn")) as pool:
+            futures = {pool.submit(_worker_readings, specs[key], cache_dir, use_cache, device): key for key in missing}
+            for fut in as_completed(futures):
+                out[futures[fut]] = _from_json(fut.result())
+                bar.update(1)
+        bar.close()
+    n_shipped = len(keys) - len(missing)
+    source = "；".join(part for part in (
+        f"{n_shipped} 个读数来自随仓库发布的 {Path(path).name}（在课程维护者的 CPU 上训练、读数）" if n_shipped else "",
+        f"{len(missing)} 个刚在这台机器上训练、读数" if missing else "") if part)
+    return {key: out[key] for key in keys}, source
+
+
+def write_sweep(path=SWEEP_FILE, workers: int = 2, use_cache: bool = True, cache_dir=DEFAULT_CACHE_DIR) -> dict:
+    """训练（或从本机缓存取回）SWEEP_ARMS × SWEEP_SEEDS，读数，写出 sweep.json（每个模型一行）。"""
+    readings, _ = sweep_readings(retrain=True, workers=workers, path=path, cache_dir=cache_dir, use_cache=use_cache)
+    runs = {sweep_key(arm_spec(*key)): {"arm": key[0], "seed": key[1], "readings": _to_json(r)}
+            for key, r in readings.items()}
+    head = {"format": 1, "code_fingerprint": code_fingerprint(), "readings_fingerprint": readings_fingerprint(),
+            "regenerate": REGENERATE_SWEEP, "trained_on": {"device": default_device().type, "torch": torch.__version__,
+                                                           "kernels": _kernels(default_device())}}
+    lines = [f"{json.dumps(k)}: {json.dumps(v, ensure_ascii=False)}" for k, v in sorted(runs.items())]
+    text = "{\n" + ",\n".join(f"{json.dumps(k)}: {json.dumps(v)}" for k, v in head.items()) + \
+        ',\n"runs": {\n' + ",\n".join(lines) + "\n}\n}\n"
+    Path(path).write_text(text, encoding="utf-8")
+    return readings
+
+
+def sweep_problems(path=SWEEP_FILE) -> list[str]:
+    """随仓库发布的 10 个种子的读数和现在的代码对不上的地方；空列表表示全部可用。"""
+    if not Path(path).exists():
+        return [f"没有找到 {Path(path).name}：请运行 {REGENERATE_ALL}"]
+    stored = json.loads(Path(path).read_text(encoding="utf-8")).get("runs", {})
+    stale = [key for key in ((a, s) for a in SWEEP_ARMS for s in SWEEP_SEEDS) if sweep_key(arm_spec(*key)) not in stored]
+    if stale:
+        return [f"{len(stale)} 个读数过期（训练代码或 lib/agreement.py 改过了，或者多了组、种子）：请运行 {REGENERATE_ALL}"]
+    return []
+
+
 def main(argv=None) -> int:
     from lib import experiments  # 用 python -m 运行时本文件是 __main__：子进程要认得同一个模块
 
     parser = argparse.ArgumentParser(prog="python -m lib.experiments", description="notebook 11 随仓库发布的权重：检查；"
                                      "--write-artifact 时先训练（或从本机缓存取回）全部模型，重新写出")
     parser.add_argument("--write-artifact", action="store_true", help=f"重新生成 {ARTIFACT_DIR.relative_to(REPO_ROOT)}/")
+    parser.add_argument("--write-sweep", action="store_true", help="重新生成 10 个种子的读数（sweep.json）")
+    parser.add_argument("--output", help="--write-sweep 写到这个文件（默认 artifacts/11_mini_gpt/sweep.json）")
+    parser.add_argument("--no-cache", action="store_true", help="不用本机缓存（每个模型都重新训练）")
     parser.add_argument("--workers", type=int, default=2, help="同时训练的进程数（每个进程 1 个线程）")
     args = parser.parse_args(argv)
     if args.write_artifact:
         experiments.write_artifact(workers=args.workers)
-    problems = experiments.artifact_problems()
+    if args.write_sweep:
+        experiments.write_sweep(Path(args.output) if args.output else experiments.SWEEP_FILE, workers=args.workers,
+                                use_cache=not args.no_cache)
+        if args.output:
+            return 0
+    problems = experiments.artifact_problems() + experiments.sweep_problems()
     print("\n".join(problems) or f"发布的权重和现在的代码一致（代码指纹 {experiments.code_fingerprint()}）。")
     return 1 if problems else 0
 
