@@ -48,8 +48,8 @@ def transformer_block_figure():
     for ax, pre in zip(axes, (True, False)):
         x, y = 0.0, 0.0
         ax.text(x, y - 0.05, r"$x^{(\ell)}$", ha="center", va="top", fontsize=11)
-        act = r"\mathrm{GELU}" if pre else r"\mathrm{ReLU}"  # GPT-2 用 GELU；2017 年的原版用 ReLU（§12 的表）
-        for name, label in (("attn", "Multi-head\nself-attention"), ("ffn", "Feed-forward\n" + rf"$W_2\,{act}(W_1 x)$")):
+        # 两种写法都画 lib 的 Block 里真正用的 GELU（本页训练的模型都是它）；2017 年原版的 ReLU 写在标题下面
+        for name, label in (("attn", "Multi-head\nself-attention"), ("ffn", "Feed-forward\n" + r"$W_2\,\mathrm{GELU}(W_1 x)$")):
             branch = y + 0.4  # 残差从这里分出去
             ax.plot([x, x], [y, branch], color="black", lw=0.9)  # 主干
             steps = [("norm", "LayerNorm"), (name, label)] if pre else [(name, label)]
@@ -74,7 +74,8 @@ def transformer_block_figure():
                    "\n(one more LN after the last block)" if pre else
                    r"$x \leftarrow \mathrm{LN}(x + \mathrm{Attn}(x))$" "\n" r"$x \leftarrow \mathrm{LN}(x + \mathrm{FFN}(x))$")
         ax.text(x, -1.0, formula, ha="center", va="top", fontsize=9)
-        ax.set_title("Pre-LN (GPT-2 and later)" if pre else "Post-LN (original Transformer, 2017)", fontsize=11)
+        ax.set_title("Pre-LN (GPT-2 and later)" if pre else "Post-LN (original Transformer, 2017;\nits FFN used ReLU, lib uses GELU)",
+                     fontsize=11)
         _clean(ax, (-2.2, 2.0), (-2.2, y + 1.1))
     fig.tight_layout()
     return fig
