@@ -11,6 +11,7 @@ from pathlib import Path
 from . import export as export_mod
 from . import lms, pipeline, sandbox
 from .collect import InputError
+from .course_lock import CourseBusy, CourseLock
 
 EPILOG = """\
 例子：
@@ -19,10 +20,14 @@ EPILOG = """\
   python -m lib.grading feedback exercises     # formgrader 人工评分之后：重写反馈和 grades.csv（不重新执行）
   python -m lib.grading export exercises --lms canvas --template 成绩册导出.csv --column "Exercises"
   python -m lib.grading report exercises       # 班级报告：哪些题错得多、错在哪里，哪些提交相似（reports/exercises/）
+  python -m lib.grading secret                 # 教师，每学期一次：生成学期密钥（隐藏检查的输入由它决定）
 结果：grades.csv（课程根目录）、feedback/学生/作业/*.html、gradebook.db（formgrader 用）、exports/（上传文件）。
 重新运行同一个命令会续跑：已经执行过且文件没变的提交不会再执行，结果完全相同。
 分批评分：后来的下载（迟交的、重交的）并进之前的结果，grades.csv、反馈和导出总是包括评过的所有人；--fresh 从头开始。
+几位助教共用一个课程：grade、feedback 一次只有一个在写（另一个等它结束，--no-wait 时直接退出，退出码 5）；
+export、report 可以同时读，只等正在写的那一个。
 """
+BUSY_EXIT = 5  # 课程正被另一个命令使用，而命令行加了 --no-wait
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -76,6 +81,11 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--all-notebooks", action="store_true",
                    help="全班都没交的 notebook 也列出来（默认只报告至少一个学生交了的 notebook，总分也只算这些）")
     r.add_argument("--quiet", action="store_true")
+    for p in (g, f, e, r):
+        p.add_argument("--no-wait", action="store_true",
+                       help="课程正被另一个命令使用（例如另一位助教在评分）时不等，直接退出（退出码 5）")
+    k = sub.add_parser("secret", help="教师：生成这个课程的学期密钥 .grading/secret（隐藏检查的输入由它决定；每学期一次）")
+    k.add_argument("--force", action="store_true", help="换一个新的密钥（学期中间换：已经评过的要重新执行，分数可能变）")
     return ap
 
 
@@ -93,6 +103,11 @@ def feedback_options(assignment: str, quiet: bool) -> pipeline.Options:
                             use_bwrap=cfg["use_bwrap"], reuse_import=True, quiet=quiet)
 
 
+def check_course_root_only() -> None:
+    if not (Path.cwd() / "nbgrader_config.py").exists():
+        raise InputError(f"当前目录 {Path.cwd()} 不是课程根目录（这里没有 nbgrader_config.py）。请先 cd 到课程根目录再运行。")
+
+
 def check_course_root(assignment: str) -> None:
     """所有命令都要在课程根目录运行：不在时说清楚是哪里不对，而不是让后面的步骤报“请先运行 grade”。"""
     here = Path.cwd()
@@ -107,13 +122,35 @@ def check_course_root(assignment: str) -> None:
                                                                          "什么也没有：先运行 make release）"))
 
 
+def make_secret(force: bool) -> int:
+    from . import hidden_inputs
+    try:
+        path = hidden_inputs.create(Path("."), force=force)
+    except FileExistsError as e:
+        raise InputError(f"这个课程已经有学期密钥 {e}：隐藏检查的输入由它决定，学期中间不要换（换了之后已经评过的"
+                         "要重新执行，分数可能变）。确实要换，加 --force。") from None
+    print(f"已生成学期密钥 {path}（权限 0640：评分组可读，git 不跟踪）。之后的 grade 用它生成隐藏检查的输入；"
+          "请备份这个文件，整个学期都用它。")
+    return 0
+
+
 def run(args, ap) -> int:
+    if args.cmd == "secret":
+        check_course_root_only()
+        return make_secret(args.force)
     if args.cmd == "grade":
         if args.jobs < 1:
             ap.error("--jobs 至少为 1")
         if args.timeout <= 0:
             ap.error("--timeout 必须为正数")
     check_course_root(args.assignment)
+    say = lambda msg: print(msg, file=sys.stderr)  # noqa: E731
+    reading = args.cmd in ("report", "export")  # 只读 gradebook：共享锁，几个读可以同时进行，只等写的
+    with CourseLock(Path("."), f"{args.cmd} {args.assignment}", shared=reading, wait=not args.no_wait, say=say):
+        return run_locked(args)
+
+
+def run_locked(args) -> int:
     if args.cmd == "report":
         from . import class_report
         try:
@@ -139,9 +176,9 @@ def run(args, ap) -> int:
         rows = pipeline.run(opts)
     errors = [r for r in rows if r.status == "error"]
     if errors:
-        print(f"错误：{len(errors)} 份提交没有评分，原因在评分这边，不是学生的问题（grades.csv 里 status 为 error，"
-              f"没有记分）。第一份：{errors[0].detail}\n修好之后再运行同一个命令：已经评完的不会重来，只评这些。",
-              file=sys.stderr)
+        print(f"错误：{len(errors)} 份提交这次没有评分，原因在评分这边，不是学生的问题（grades.csv 里 status 为 error，"
+              f"这次没有记分；写 gradebook 失败的保留了上次的分数）。第一份：{errors[0].detail}\n"
+              "修好之后再运行同一个命令：已经评完的不会重来，只评这些。", file=sys.stderr)
         return 4
     if not any(r.score is not None and r.status != "missing" for r in rows):
         print("错误：没有一份提交能评分（全部进了隔离区或没有提交）。grades.csv 的 detail 列写了每个文件的原因；"
@@ -158,6 +195,9 @@ def main(argv=None) -> int:
     except InputError as e:
         print(f"错误：{e}", file=sys.stderr)
         return 2
+    except CourseBusy as e:
+        print(f"错误：{e}", file=sys.stderr)
+        return BUSY_EXIT
     except KeyboardInterrupt:
         print("已中断。再运行同一个命令会接着评：已经评完的不会重来，只评剩下的。", file=sys.stderr)
         return 130

@@ -1,14 +1,85 @@
-"""nbgrader 的 gradebook 和反馈：只有主进程写数据库（单一写入者），formgrader 照常用于人工评分。"""
+"""nbgrader 的 gradebook 和反馈：只有主进程写数据库（单一写入者），formgrader 照常用于人工评分。
+
+别的程序（formgrader、另一位助教的 nbgrader 命令）可能同时占着数据库：每个连接都设了等待上限
+（SQLite 的 busy_timeout、PostgreSQL 的 lock_timeout，默认 120 秒，环境变量 COURSE_GRADEBOOK_BUSY_SECONDS），
+一次写入还是被挡住时 ``retrying`` 回滚、稍等、再试；一直写不进去才交给调用者（pipeline 把那一行记成 error）。
+"""
 from __future__ import annotations
 
 import functools
 import hashlib
 import json
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 NBG = "nbgrader"
+BUSY_ENV = "COURSE_GRADEBOOK_BUSY_SECONDS"
+RETRIES = 3
+_PG_BUSY = {"55P03", "40P01", "40001"}  # lock_not_available、deadlock_detected、serialization_failure
+
+
+def busy_seconds() -> float:
+    """一个连接等别人放开数据库最多等几秒（formgrader 里一次保存通常只要几毫秒；长事务另算）。"""
+    try:
+        return max(0.1, float(os.environ.get(BUSY_ENV, "120")))
+    except ValueError:
+        return 120.0
+
+
+@functools.lru_cache(maxsize=1)
+def _install_wait_limits() -> None:
+    """每个新建的数据库连接（我们的、nbgrader 在反馈里另开的）都设上等待上限：没有它，SQLite 5 秒就报
+    “database is locked”，PostgreSQL 会一直等下去。"""
+    from sqlalchemy import event
+    from sqlalchemy.engine import Engine
+
+    @event.listens_for(Engine, "connect")
+    def _limits(dbapi_conn, _record):
+        kind = type(dbapi_conn).__module__
+        ms = int(busy_seconds() * 1000)
+        cur = dbapi_conn.cursor()
+        if "sqlite" in kind:
+            cur.execute(f"PRAGMA busy_timeout = {ms}")
+        elif "psycopg" in kind:
+            cur.execute(f"SET lock_timeout = {ms}")
+            dbapi_conn.commit()
+        cur.close()
+
+
+def is_busy(e: BaseException) -> bool:
+    """这是“别人占着数据库 / 同时写了同一行”吗（等一等、重试就可能成功），而不是别的错。"""
+    from sqlalchemy import exc
+    if isinstance(e, exc.IntegrityError):  # 另一个程序刚插入了同一条提交记录：重试时会找到它
+        return True
+    if isinstance(e, exc.DBAPIError):
+        code = getattr(getattr(e, "orig", None), "pgcode", None)
+        return code in _PG_BUSY or "locked" in str(getattr(e, "orig", e)).lower()
+    return False
+
+
+def retrying(gb, write, attempts: int = RETRIES):
+    """write() 被别的程序挡住时回滚、稍等、再试（最多 attempts 次，每次连接本身已经等过 busy_seconds()）。"""
+    for attempt in range(attempts):
+        try:
+            return write()
+        except Exception as e:
+            try:
+                gb.db.rollback()
+            except Exception:  # noqa: BLE001 —— 连接本身坏了：原来的错误更有用
+                pass
+            if not is_busy(e) or attempt == attempts - 1:
+                raise
+            time.sleep(min(2.0 ** attempt, 10.0))
+
+
+def explain_failure(e: BaseException, db_url: str) -> str:
+    """写 gradebook 或反馈失败的原因，给助教看的一句话（以句号结尾，后面接“这一份……”）。"""
+    if is_busy(e):
+        return (f"gradebook（{describe(db_url)}）一直被别的程序占着（每次等 {busy_seconds():g} 秒，试了 {RETRIES} 次；"
+                f"多半是 formgrader 或另一位助教的命令里一个没结束的事务）。")
+    return f"写入 gradebook 或反馈时出错（评分这边的问题，不是学生的）：{type(e).__name__}: {e}。"
 
 
 def _fast_alembic_head() -> str:
@@ -33,6 +104,8 @@ def _fast_alembic_head() -> str:
 
 
 def _patch_alembic() -> None:
+    """每次打开 gradebook 之前调用：nbgrader 新建数据库时查迁移版本的捷径，以及每个连接的等待上限。"""
+    _install_wait_limits()
     import nbgrader.api as api
     if getattr(api.get_alembic_version, "_fast", False):
         return

@@ -7,8 +7,10 @@
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import csv
+import getpass
 import hashlib
 import importlib
 import json
@@ -18,6 +20,7 @@ import re
 import secrets
 import shutil
 import signal
+import socket
 import sys
 import tempfile
 import threading
@@ -27,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import collect as collect_mod
-from . import gradebook_io, repair, report, runner, sandbox
+from . import gradebook_io, hidden_inputs, repair, report, runner, sandbox
 from . import probes as probes_mod
 
 HERE = Path(__file__).resolve().parent
@@ -35,7 +38,7 @@ STATUS_ORDER = ["ok", "repaired", "timeout", "crashed", "suspect", "quarantined"
 FAKE_PASS_RE = re.compile(r"(测试通过|全部通过|所有测试|通过了所有|tests? passed|all tests|满分|✓|✔|\bPASS\b)",
                           re.IGNORECASE)
 CSV_FIELDS = ["student_id", "notebook", "score", "max_score", "status", "detail"]
-SEED = 0  # 探针和检查的种子：固定（= exercise_checks.DEFAULT_SEED），同一份文件在谁手里、哪次运行、哪台机器上分数都一样
+SEED = 0  # 课程没有学期密钥时探针和检查的种子（= exercise_checks.DEFAULT_SEED）；有密钥时见 hidden_inputs.seed
 
 
 @dataclass
@@ -104,10 +107,13 @@ def load_checks(module: str):
     return mod.CHECKS
 
 
-def grader_version(opts: Options, probes_source: str) -> str:
+def grader_version(opts: Options, probes_source: str, seed: int = 0) -> str:
+    """存下的执行结果能不能沿用：执行学生代码的程序、探针、限额，以及隐藏输入的种子（换了学期密钥就重新执行）。"""
     parts = [(HERE / name).read_text(encoding="utf-8") for name in ("runner.py", "repair.py", "sandbox.py")]
     parts += [(HERE.parent / "answer_format.py").read_text(encoding="utf-8"),  # 探针用它记录返回值
               probes_source, repr((opts.limits.cell_timeout, opts.limits.memory_mb, opts.limits.max_procs))]
+    if seed != SEED:  # 没有学期密钥时和以前的版本号相同：已经存下的执行结果照样能用
+        parts.append(f"seed {seed}")
     return _sha("\n".join(parts))[:16]
 
 
@@ -298,270 +304,345 @@ def _skip_slow_optional_imports() -> None:
 
 
 def run(opts: Options) -> list[Row]:
-    _skip_slow_optional_imports()
-    _ensure_venv_on_path()
-    import warnings
-    warnings.filterwarnings("ignore", module=r"nbgrader\..*")
-    warnings.filterwarnings("ignore", message=r".*not in session.*")
-    course = opts.course_root.resolve()
-    opts.course_root = course
-    if not (course / "nbgrader_config.py").exists():
-        raise SystemExit(f"{course} 不是课程根目录（没有 nbgrader_config.py）。请在课程根目录运行。")
-    release = release_notebooks(course, opts.assignment)
-    notebooks = list(release)
-    ws = course / ".grading" / opts.assignment
-    (ws / "state").mkdir(parents=True, exist_ok=True)
-    db_url = gradebook_io.course_db_url(course)  # nbgrader_config.py 的 CourseDirectory.db_url
-    imported = collect_mod.gather(opts, notebooks, ws, gradebook_io.read_duedate(db_url, opts.assignment))
-    items, roster = imported.items, imported.roster_ids
-    checks = load_checks(opts.checks_module)
-    probes_source = probes_mod.kernel_source(opts.probes_file)  # probes.py + 每个练习模块的探针一段
-    version = grader_version(opts, probes_source)
-    (ws / "last_run.json").write_text(json.dumps({
-        "submissions": str(Path(opts.submissions).resolve()), "jobs": opts.jobs, "name_regex": opts.name_regex,
-        "roster": str(opts.roster) if opts.roster else None, "cell_timeout": opts.limits.cell_timeout,
-        "memory_mb": opts.limits.memory_mb, "max_procs": opts.limits.max_procs,
-        "checks_module": opts.checks_module, "probes_file": str(opts.probes_file),
-        "use_bwrap": opts.use_bwrap}, ensure_ascii=False, indent=1), encoding="utf-8")
-    # 新建 gradebook 里的作业结构要一两秒：放到后台线程里，和第一批提交的执行重叠（执行在子进程里，
-    # 不占 GIL）；主线程第一次写分数之前等它完成。结构不一致时照样在写任何分数之前退出。
-    setup_error: list = []
+    """grade 和 feedback 的全部流程，六步，每一步是 GradingRun 的一个方法：
+    collect（认出下载里的学生和 notebook，坏文件进隔离区）→ repair → execute → judge（这三步在线程池里一份一份地做，
+    见 GradingRun.prepare）→ record（写 gradebook、submitted/、autograded/、反馈；gradebook 忙时重试）→
+    report（缺交和中断的行、grades.csv、汇总）。调用者负责课程的锁（lib/grading/course_lock.py）。"""
+    g = GradingRun(opts)
+    g.collect()
+    with g.executing():
+        for done in g.finished():
+            g.record(done)
+    return g.report()
 
-    def _setup_gradebook():
+
+@dataclass
+class Done:
+    """一份提交修复、执行、判分之后的结果（record 要写的一切）。"""
+
+    item: object
+    repaired: dict
+    repair_notes: list
+    state: dict
+    verdict: dict
+    autograded: dict
+    unanswered: set
+
+
+class GradingRun:
+    """一次 grade 或 feedback 的运行：各步之间共用的东西（课程、release、gradebook、沙箱、线程池）放在这里。"""
+
+    def __init__(self, opts: Options):
+        _skip_slow_optional_imports()
+        _ensure_venv_on_path()
+        import warnings
+        warnings.filterwarnings("ignore", module=r"nbgrader\..*")
+        warnings.filterwarnings("ignore", message=r".*not in session.*")
+        self.opts = opts
+        self.course = opts.course_root = opts.course_root.resolve()
+        if not (self.course / "nbgrader_config.py").exists():
+            raise SystemExit(f"{self.course} 不是课程根目录（没有 nbgrader_config.py）。请在课程根目录运行。")
+        self.release = release_notebooks(self.course, opts.assignment)
+        self.notebooks = list(self.release)
+        self.ws = self.course / ".grading" / opts.assignment
+        (self.ws / "state").mkdir(parents=True, exist_ok=True)
+        self.db_url = gradebook_io.course_db_url(self.course)  # nbgrader_config.py 的 CourseDirectory.db_url
+        self.seed = hidden_inputs.seed(self.course)  # 隐藏检查的输入从它生成：课程没有设学期密钥时是公开的 SEED
+        self.say = (lambda *a: None) if opts.quiet else (lambda *a: print(*a, file=sys.stderr))
+        self.rows: list[Row] = []
+        self.previous = read_csv(self.course / "grades.csv")  # 写 gradebook 失败的行保留上次的分数
+        self.interrupted = False
+        self.db_stuck = False  # 上一次写 gradebook 等满了也没写进去
+        self.t0 = time.monotonic()
+
+    # ---- collect ----------------------------------------------------------------------------------------------
+    def collect(self) -> None:
+        """导入下载（lib/grading/collect.py），隔离认不出的文件，排好执行的顺序，后台开始准备 gradebook。"""
+        opts = self.opts
+        imported = collect_mod.gather(opts, self.notebooks, self.ws, gradebook_io.read_duedate(self.db_url, opts.assignment))
+        self.items, self.roster = imported.items, imported.roster_ids
+        self.checks = load_checks(opts.checks_module)
+        self.probes_source = probes_mod.kernel_source(opts.probes_file)  # probes.py + 每个练习模块的探针一段
+        self.version = grader_version(opts, self.probes_source, self.seed)
+        self._report_previous_run()
+        (self.ws / "last_run.json").write_text(json.dumps({
+            "submissions": str(Path(opts.submissions).resolve()), "jobs": opts.jobs, "name_regex": opts.name_regex,
+            "roster": str(opts.roster) if opts.roster else None, "cell_timeout": opts.limits.cell_timeout,
+            "memory_mb": opts.limits.memory_mb, "max_procs": opts.limits.max_procs,
+            "checks_module": opts.checks_module, "probes_file": str(opts.probes_file), "use_bwrap": opts.use_bwrap,
+            "user": getpass.getuser(), "host": socket.gethostname(), "command": "feedback" if opts.reuse_import else "grade",
+            "at": time.strftime("%Y-%m-%d %H:%M:%S %z")}, ensure_ascii=False, indent=1), encoding="utf-8")
+        self._start_gradebook_setup(imported)
+        quarantine = self.ws / "quarantine"
+        for it in self.items:
+            if it.reason and not it.skip:
+                qp = quarantine / _safe_name(it.src.replace("/", "__"))
+                qp.parent.mkdir(parents=True, exist_ok=True)
+                if it.data:
+                    qp.write_bytes(it.data)
+                self.rows.append(Row(it.student_id or "", it.notebook or "", None, None, "quarantined",
+                                     f"{it.reason}；文件：{it.src}"))
+        # 慢的先评（最长处理时间优先）：并行时不会在最后只剩一个槽位跑一份慢的、另一个槽位空等
+        self.todo = sorted((it for it in self.items if it.reason is None), key=lambda it: -estimated_seconds(it.nb))
+
+    def _report_previous_run(self) -> None:
+        """另一位助教（或上一次的自己）已经评过的：说清楚是谁、什么时候，这次哪些直接沿用执行结果。"""
         try:
-            gradebook_io.ensure_assignment(db_url, opts.assignment, release,
-                                           collect_mod.utc_naive(imported.due) if imported.due_from_option else None)
-        except Exception as e:  # noqa: BLE001 —— 交给主线程报告
-            setup_error.append(e)
+            last = json.loads((self.ws / "last_run.json").read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError):
+            return
+        todo = [it for it in self.items if it.reason is None]
+        reused = sum(self._stored_state(it) is not None for it in todo)
+        if last.get("user") and reused:
+            self.say(f"{reused} 份提交已经评过（上一次是 {last['user']} 在 {last.get('host', '?')} 上于 {last.get('at', '?')} "
+                     f"运行的 {last.get('command', 'grade')}）：沿用那次的执行结果，只重新判分、写入；"
+                     f"{len(todo) - reused} 份要执行。")
 
-    setup_thread = threading.Thread(target=_setup_gradebook, daemon=True)
-    setup_thread.start()
+    def _start_gradebook_setup(self, imported) -> None:
+        """新建 gradebook 里的作业结构要一两秒：放到后台线程里，和第一批提交的执行重叠（执行在子进程里，
+        不占 GIL）；第一次写分数之前等它完成（gradebook_ready）。结构不一致时照样在写任何分数之前退出。"""
+        self._setup_error: list = []
 
-    def _gradebook_ready():
-        setup_thread.join()
-        if setup_error:
-            e = setup_error[0]
+        def setup():
+            try:
+                gradebook_io.ensure_assignment(self.db_url, self.opts.assignment, self.release,
+                                               collect_mod.utc_naive(imported.due) if imported.due_from_option else None)
+            except Exception as e:  # noqa: BLE001 —— 交给主线程报告
+                self._setup_error.append(e)
+
+        self._setup_thread = threading.Thread(target=setup, daemon=True)
+        self._setup_thread.start()
+
+    def gradebook_ready(self) -> None:
+        self._setup_thread.join()
+        if self._setup_error:
+            e = self._setup_error[0]
             if isinstance(e, RuntimeError):
-                raise SystemExit(f"gradebook（{gradebook_io.describe(db_url)}）里的作业结构和现在的 release/ 不一致，"
+                raise SystemExit(f"gradebook（{gradebook_io.describe(self.db_url)}）里的作业结构和现在的 release/ 不一致，"
                                  f"而且已经有提交（{e}）。如果 release/ 是有意修改的，请先备份 gradebook，"
                                  "再删除它（SQLite 是 gradebook.db 文件）后评分。")
+            if gradebook_io.is_busy(e):
+                raise SystemExit(f"gradebook（{gradebook_io.describe(self.db_url)}）一直被别的程序占着（{e}），"
+                                 "还没有写任何分数。等它结束（例如关掉 formgrader 里没保存的编辑）再运行同一个命令。")
             raise e
 
-    bw_ok, bw_msg = sandbox.bwrap_status()
-    use_bwrap = bw_ok if opts.use_bwrap is None else (opts.use_bwrap and bw_ok)
-    say = (lambda *a: None) if opts.quiet else (lambda *a: print(*a, file=sys.stderr))
-    if not use_bwrap:
-        say("注意：" + (bw_msg if not bw_ok else "已按要求关闭 bubblewrap 沙箱。"))
-        if os.geteuid() == 0:
-            say("警告：以 root 身份评分且没有沙箱，学生代码也以 root 身份运行。请改用普通用户，或安装 bubblewrap。")
-    elif os.geteuid() == 0 and not sandbox.bwrap_can_drop_uid():
-        say("注意：bwrap 在这里不能切换 uid，学生代码在沙箱里以 root 身份运行，进程数只靠审计钩子限制。")
-
-    rows: list[Row] = []
-    quarantine = ws / "quarantine"
-    for it in items:
-        if it.reason and not it.skip:
-            qp = quarantine / _safe_name(it.src.replace("/", "__"))
-            qp.parent.mkdir(parents=True, exist_ok=True)
-            if it.data:
-                qp.write_bytes(it.data)
-            rows.append(Row(it.student_id or "", it.notebook or "", None, None, "quarantined",
-                            f"{it.reason}；文件：{it.src}"))
-    # 慢的先评（最长处理时间优先）：并行时不会在最后只剩一个槽位跑一份慢的、另一个槽位空等
-    todo = sorted((it for it in items if it.reason is None), key=lambda it: -estimated_seconds(it.nb))
-
-    hide = [Path(opts.submissions).resolve()]
-    if Path(opts.submissions).is_file():
-        hide = [Path(opts.submissions).resolve().parent]
-    stale = clean_stale_scratch()
-    if stale:
-        say(f"清理了 {stale} 个上次评分被强制结束（kill -9、断电）后留下的临时文件夹。")
-    scratch_base = Path(tempfile.mkdtemp(prefix=SCRATCH_PREFIX))
-    (scratch_base / "owner.pid").write_text(str(os.getpid()), encoding="utf-8")
-    if sandbox.is_under(scratch_base, course):
-        raise SystemExit("临时目录在课程目录里面（TMPDIR），请把 TMPDIR 设到课程目录之外。")
-    slots = InOrderSlots(max(1, opts.jobs))
-    forkserver = sandbox.ForkServer(scratch_base / "templates") if use_bwrap and opts.fork_server else None
-
-    def work(turn, it):
+    # ---- repair → execute → judge（线程池里，一份一份） ----------------------------------------------------
+    def _stored_state(self, it) -> dict | None:
+        """上次执行这份提交存下的结果：原始文件和评分器（含隐藏输入的种子）都没变时才用。"""
+        sp = self.ws / "state" / f"{_safe_name(it.student_id)}__{_safe_name(it.notebook)}.json"
         try:
-            return _work(turn, it)
-        finally:
-            slots.pass_turn(turn)  # 出错或不用执行（有存下的结果）时也让出这一轮，后面的不用等
+            old = json.loads(sp.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError):
+            return None
+        return old if old.get("sha") == it.sha and old.get("version") == self.version else None
 
-    def _work(turn, it):
-        rel = release[it.notebook]
-        repaired, rnotes = repair.repair(it.nb, rel)
+    def prepare(self, turn: int, it) -> Done:
+        """repair（按 release 修复）→ execute（沙箱里执行 + 探针；存下的结果能用就不执行）→ judge（干净的进程里判分）。"""
+        try:
+            rel = self.release[it.notebook]
+            repaired, rnotes = repair.repair(it.nb, rel)
+            state = self._stored_state(it)
+            if state is not None:
+                self.slots.pass_turn(turn)  # 用存下的执行结果：不用槽，马上让后面的开始执行（不等这一份判分）
+            else:
+                state = self.execute(turn, it, repaired, rel)
+            verdict = judge(state, repaired, rel, self.checks, it.notebook)
+            agnb = autograded_notebook(repaired, state["exec"], verdict["messages"])
+            unanswered = set(gradebook_io.grade_cells(rel)) - repair.answered_cells(repaired, rel)
+            return Done(it, repaired, rnotes, state, verdict, agnb, unanswered)
+        finally:
+            self.slots.pass_turn(turn)  # 出错或不用执行时也让出这一轮，后面的不用等
+
+    def execute(self, turn: int, it, repaired: dict, rel: dict) -> dict:
         auto_gids = [g for g, (p, auto) in gradebook_io.grade_cells(rel).items() if auto]
-        key = f"{_safe_name(it.student_id)}__{_safe_name(it.notebook)}.json"
-        sp = ws / "state" / key
-        state = None
-        if sp.exists():
-            try:
-                old = json.loads(sp.read_text(encoding="utf-8"))
-                if old.get("sha") == it.sha and old.get("version") == version:
-                    state = old
-            except (OSError, json.JSONDecodeError):
-                state = None
-        if state is not None:
-            slots.pass_turn(turn)  # 用存下的执行结果：不用槽，马上让后面的开始执行（不等这一份判分）
-        else:
-            seed = SEED
-            slot = slots.take(turn)  # Ctrl-C 之后还没开始的：抛出 Interrupted，不再执行
-            try:
-                ex = execute_submission(repaired, auto_gids, opts, slot, scratch_base, probes_source, seed,
-                                        use_bwrap, hide, forkserver)
-            finally:
-                slots.give_back(slot)
-            state = {"sha": it.sha, "version": version, "seed": seed, "exec": ex, "src": it.src}
-            tmp = sp.with_suffix(".tmp")
-            tmp.write_text(json.dumps(state, ensure_ascii=False), encoding="utf-8")
-            tmp.replace(sp)
-        verdict = judge(state, repaired, rel, checks, it.notebook)
-        agnb = autograded_notebook(repaired, state["exec"], verdict["messages"])
-        unanswered = {g for g in gradebook_io.grade_cells(rel)} - repair.answered_cells(repaired, rel)
-        return it, repaired, rnotes, state, verdict, agnb, unanswered
+        slot = self.slots.take(turn)  # Ctrl-C 之后还没开始的：抛出 Interrupted，不再执行
+        try:
+            ex = execute_submission(repaired, auto_gids, self.opts, slot, self.scratch, self.probes_source, self.seed,
+                                    self.use_bwrap, self.hide, self.forkserver)
+        finally:
+            self.slots.give_back(slot)
+        state = {"sha": it.sha, "version": self.version, "seed": self.seed, "exec": ex, "src": it.src}
+        sp = self.ws / "state" / f"{_safe_name(it.student_id)}__{_safe_name(it.notebook)}.json"
+        tmp = sp.with_suffix(".tmp")
+        tmp.write_text(json.dumps(state, ensure_ascii=False), encoding="utf-8")
+        tmp.replace(sp)
+        return state
 
-    t0 = time.monotonic()
-    # 线程数是槽位数的两倍：一个线程在判分、整理结果时，另一个已经修复好下一份、等着槽位，
-    # 沙箱之间几乎没有空档（同时执行的提交仍然只有 jobs 份，由 slots 限制）
-    pool = ThreadPoolExecutor(max_workers=2 * max(1, opts.jobs))
-    sandbox.STOP.clear()
-    ctrlc = CtrlC().__enter__()  # 第一次 Ctrl-C 只结束沙箱、不再开始新的；评完的照常写进 gradebook 和 grades.csv
-    futs = [pool.submit(work, turn, it) for turn, it in enumerate(todo)]  # 执行先开始，gradebook 在后台准备
-    interrupted = False
-    try:
+    @contextlib.contextmanager
+    def executing(self):
+        """沙箱、线程池、gradebook 的连接：进入时准备好并开始执行；Ctrl-C 时结束正在运行的沙箱，评完的照常写完；
+        离开时全部收拾干净（临时文件夹、模板进程、连接）。"""
+        self._choose_sandbox()
+        self.hide = [Path(self.opts.submissions).resolve()]
+        if Path(self.opts.submissions).is_file():
+            self.hide = [Path(self.opts.submissions).resolve().parent]
+        stale = clean_stale_scratch()
+        if stale:
+            self.say(f"清理了 {stale} 个上次评分被强制结束（kill -9、断电）后留下的临时文件夹。")
+        self.scratch = Path(tempfile.mkdtemp(prefix=SCRATCH_PREFIX))
+        (self.scratch / "owner.pid").write_text(str(os.getpid()), encoding="utf-8")
+        if sandbox.is_under(self.scratch, self.course):
+            raise SystemExit("临时目录在课程目录里面（TMPDIR），请把 TMPDIR 设到课程目录之外。")
+        self.slots = InOrderSlots(max(1, self.opts.jobs))
+        self.forkserver = sandbox.ForkServer(self.scratch / "templates") if self.use_bwrap and self.opts.fork_server else None
+        # 线程数是槽位数的两倍：一个线程在判分、整理结果时，另一个已经修复好下一份、等着槽位，
+        # 沙箱之间几乎没有空档（同时执行的提交仍然只有 jobs 份，由 slots 限制）
+        self.pool = ThreadPoolExecutor(max_workers=2 * max(1, self.opts.jobs))
+        sandbox.STOP.clear()
+        ctrlc = CtrlC().__enter__()  # 第一次 Ctrl-C 只结束沙箱、不再开始新的；评完的照常写进 gradebook 和 grades.csv
+        self.futures = [self.pool.submit(self.prepare, turn, it) for turn, it in enumerate(self.todo)]
+        self.gb = None
         try:
-            _gradebook_ready()
+            try:
+                self._wait_for_gradebook()
+                self.gb = gradebook_io.open_gradebook(self.db_url)
+                self.late_penalties = gradebook_io.late_penalties(self.course)
+                self.bar = None
+                if self.opts.progress and not self.opts.quiet and self.todo and not self.interrupted:
+                    from tqdm.auto import tqdm
+                    self.bar = tqdm(total=len(self.todo), desc="反馈" if self.opts.reuse_import else "评分", unit="份",
+                                    file=sys.stderr, dynamic_ncols=True)
+                yield self
+            except KeyboardInterrupt:  # Ctrl-C：结束正在运行的沙箱，保留评完的，马上写 grades.csv
+                self._interrupt()
+            except BaseException:
+                sandbox.STOP.set()  # gradebook 出错等：已经开始的沙箱马上结束
+                for f in self.futures:
+                    f.cancel()
+                raise
+            finally:
+                self.pool.shutdown(wait=True, cancel_futures=True)
+        finally:
+            ctrlc.__exit__()
+            self.interrupted = self.interrupted or ctrlc.hit
+            if getattr(self, "bar", None):
+                self.bar.close()
+            if self.gb is not None:
+                self.gb.close()
+            if self.forkserver is not None:
+                self.forkserver.close()
+            shutil.rmtree(self.scratch, ignore_errors=True)
+
+    def _choose_sandbox(self) -> None:
+        bw_ok, bw_msg = sandbox.bwrap_status()
+        self.use_bwrap = bw_ok if self.opts.use_bwrap is None else (self.opts.use_bwrap and bw_ok)
+        if not self.use_bwrap:
+            self.say("注意：" + (bw_msg if not bw_ok else "已按要求关闭 bubblewrap 沙箱。"))
+            if os.geteuid() == 0:
+                self.say("警告：以 root 身份评分且没有沙箱，学生代码也以 root 身份运行。请改用普通用户，或安装 bubblewrap。")
+        elif os.geteuid() == 0 and not sandbox.bwrap_can_drop_uid():
+            self.say("注意：bwrap 在这里不能切换 uid，学生代码在沙箱里以 root 身份运行，进程数只靠审计钩子限制。")
+
+    def _wait_for_gradebook(self) -> None:
+        try:
+            self.gradebook_ready()
         except KeyboardInterrupt:  # Ctrl-C 时 gradebook 还在准备：结束沙箱，等它准备好，把评完的写进去
-            interrupted = True
-            sandbox.STOP.set()
-            for f in futs:
-                f.cancel()
-            say("\n正在中断：结束正在运行的沙箱，保存已经评完的……")
-            _gradebook_ready()
-    except BaseException:
-        sandbox.STOP.set()  # Ctrl-C 或 gradebook 出错：已经开始的沙箱马上结束
-        for f in futs:
+            self._interrupt()
+            self.gradebook_ready()
+
+    def _interrupt(self) -> None:
+        self.interrupted = True
+        sandbox.STOP.set()
+        for f in self.futures:
             f.cancel()
-        pool.shutdown(wait=True, cancel_futures=True)
-        forkserver is not None and forkserver.close()
-        shutil.rmtree(scratch_base, ignore_errors=True)
-        ctrlc.__exit__()
-        raise
-    gb = gradebook_io.open_gradebook(db_url)
-    late_penalties = gradebook_io.late_penalties(course)
-    uncommitted = 0
-    bar = None
-    if opts.progress and not opts.quiet and todo and not interrupted:
-        from tqdm.auto import tqdm
-        bar = tqdm(total=len(todo), desc="反馈" if opts.reuse_import else "评分", unit="份", file=sys.stderr,
-                   dynamic_ncols=True)
-    try:
-        try:
-            for fut in as_completed(futs):
-                try:
-                    it, repaired, rnotes, state, verdict, agnb, unanswered = fut.result()
-                except (sandbox.Interrupted, CancelledError):  # Ctrl-C 之后没评完的：下次运行再评
-                    continue
-                except Exception as e:  # 一份出错不影响其他；不记分、不存执行结果，下次运行会重评
-                    idx = futs.index(fut)
-                    it = todo[idx]
-                    why = (f"沙箱里的内核没能启动（评分环境的问题，学生代码没有运行）：{e}"
-                           if isinstance(e, sandbox.SandboxError) else
-                           f"评分器内部错误（请报告）：{type(e).__name__}: {e}")
-                    rows.append(Row(it.student_id, it.notebook, None, None, "error", why))
-                    if bar:
-                        bar.update(1)
-                    continue
-                try:
-                    status, detail = status_of(rnotes, state["exec"], verdict)
-                    sub_dir = course / "submitted" / it.student_id / opts.assignment
-                    ag_dir = course / "autograded" / it.student_id / opts.assignment
-                    changed = gradebook_io.changed_answers(sub_dir / f"{it.notebook}.ipynb", repaired,
-                                                           release[it.notebook])
-                    for d, nbd in ((sub_dir, repaired), (ag_dir, agnb)):
-                        d.mkdir(parents=True, exist_ok=True)
-                        (d / f"{it.notebook}.ipynb").write_text(json.dumps(nbd, ensure_ascii=False, indent=1),
-                                                                encoding="utf-8")
-                    collect_mod.write_timestamp(sub_dir, it)
-                    # 有反馈要写时先提交（反馈从数据库读分数）；否则每 20 份提交一次
-                    uncommitted += 1
-                    commit = opts.feedback or uncommitted >= 20
-                    written = gradebook_io.write_scores(
-                        gb, opts.assignment, it.student_id, it.notebook, verdict["scores"], unanswered,
-                        commit=commit, changed=changed, timestamp=collect_mod.utc_naive(it.submitted_at),
-                        late=late_penalties, submitted={p.stem for p in sub_dir.glob("*.ipynb")})
-                    score, max_score, pending = written.score, written.max_score, written.pending
-                    status, detail = collect_mod.annotate(status, detail + written.notes, it)
-                    if commit:
-                        uncommitted = 0
-                    if pending:
-                        detail.append(f"{pending} 个单元格待人工评分（formgrader）")
-                    if opts.feedback:
-                        gradebook_io.render_feedback(gb, db_url, opts.assignment, it.student_id, it.notebook, agnb,
-                                                     course / "feedback" / it.student_id / opts.assignment
-                                                     / f"{it.notebook}.html")
-                except Exception as e:
-                    try:  # 未提交的几份会在下次运行时从 .grading/ 的执行结果重新写入
-                        gb.db.rollback()
-                    except Exception:
-                        pass
-                    rows.append(Row(it.student_id, it.notebook, None, None, "crashed",
-                                    f"写入成绩或反馈时出错（请报告）：{type(e).__name__}: {e}"))
-                    if bar:
-                        bar.update(1)
-                    continue
-                rows.append(Row(it.student_id, it.notebook, score, max_score, status, "；".join(detail),
-                                len(verdict["blank"]), int(pending or 0)))
-                if bar:
-                    bar.update(1)
-        except KeyboardInterrupt:  # Ctrl-C：结束正在运行的沙箱，保留评完的，马上写 grades.csv
-            interrupted = True
-            sandbox.STOP.set()
-            for f in futs:
-                f.cancel()
-            if bar:
-                bar.close()
-                bar = None
-            say("\n正在中断：结束正在运行的沙箱，保存已经评完的……")
-        except BaseException:
-            sandbox.STOP.set()
-            raise
-        finally:
-            pool.shutdown(wait=True, cancel_futures=True)
-    finally:
-        ctrlc.__exit__()
-        interrupted = interrupted or ctrlc.hit
-        if bar:
-            bar.close()
-        try:
-            gb.db.commit()
-        finally:
-            gb.close()
-        if forkserver is not None:
-            forkserver.close()
-        shutil.rmtree(scratch_base, ignore_errors=True)
-    if interrupted:
-        done_keys = {(r.student_id, r.notebook) for r in rows}
-        for it in todo:
-            if (it.student_id, it.notebook) not in done_keys:
-                rows.append(Row(it.student_id, it.notebook, None, None, "interrupted",
-                                "评分被中断（Ctrl-C），这份还没有评：再运行同一个命令会接着评"))
-    counted = counted_notebooks(rows, notebooks)
-    rows += missing_rows(rows, roster, counted)
-    rows.sort(key=lambda r: (r.student_id == "", r.student_id, r.notebook, r.status, r.detail))
-    write_csv(course / "grades.csv", rows)
-    if interrupted:
-        done = sum(r.status not in ("interrupted", "missing", "quarantined") for r in rows)
-        left = sum(r.status == "interrupted" for r in rows)
-        print(f"已中断：评完的 {done} 份已经保存（gradebook、反馈、grades.csv），还有 {left} 份没有评"
-              "（grades.csv 里 status 为 interrupted）。", file=sys.stderr)
-        raise KeyboardInterrupt
-    if not opts.quiet:
-        print(summary(rows, time.monotonic() - t0, use_bwrap, what="反馈" if opts.reuse_import else "评分",
-                      not_counted=[nb for nb in notebooks if nb not in counted]))
-    return rows
+        if getattr(self, "bar", None):
+            self.bar.close()
+            self.bar = None
+        self.say("\n正在中断：结束正在运行的沙箱，保存已经评完的……")
+
+    def finished(self):
+        """修复、执行、判分完的提交，按完成的顺序；一份出错不影响其他（出错的那份直接记一行 error）。"""
+        for fut in as_completed(self.futures):
+            try:
+                yield fut.result()
+            except (sandbox.Interrupted, CancelledError):  # Ctrl-C 之后没评完的：下次运行再评
+                continue
+            except Exception as e:  # 不记分、不存执行结果，下次运行会重评
+                it = self.todo[self.futures.index(fut)]
+                why = (f"沙箱里的内核没能启动（评分环境的问题，学生代码没有运行）：{e}"
+                       if isinstance(e, sandbox.SandboxError) else f"评分器内部错误（请报告）：{type(e).__name__}: {e}")
+                self.rows.append(Row(it.student_id, it.notebook, None, None, "error", why))
+                self._tick()
+
+    def _tick(self) -> None:
+        if getattr(self, "bar", None):
+            self.bar.update(1)
+
+    # ---- record ---------------------------------------------------------------------------------------------
+    def record(self, done: Done) -> None:
+        """写进 gradebook（分数、人工分的标记、迟交扣分）、submitted/、autograded/ 和反馈 HTML。gradebook 被
+        formgrader 或别的程序占着时等、重试（gradebook_io.retrying）；一直写不进去时这一行记 error（评分这边的问题，
+        不记分、不是 0 分），grades.csv 保留上次的分数，下次运行从存下的执行结果重写，不再执行。"""
+        it, opts = done.item, self.opts
+        status, detail = status_of(done.repair_notes, done.state["exec"], done.verdict)
+        sub_dir = self.course / "submitted" / it.student_id / opts.assignment
+        ag_dir = self.course / "autograded" / it.student_id / opts.assignment
+        changed = gradebook_io.changed_answers(sub_dir / f"{it.notebook}.ipynb", done.repaired, self.release[it.notebook])
+
+        def write():
+            written = gradebook_io.write_scores(
+                self.gb, opts.assignment, it.student_id, it.notebook, done.verdict["scores"], done.unanswered,
+                commit=True, changed=changed, timestamp=collect_mod.utc_naive(it.submitted_at),
+                late=self.late_penalties, submitted={p.stem for p in sub_dir.glob("*.ipynb")} | {it.notebook})
+            if opts.feedback:
+                gradebook_io.render_feedback(self.gb, self.db_url, opts.assignment, it.student_id, it.notebook,
+                                             done.autograded, self.course / "feedback" / it.student_id / opts.assignment
+                                             / f"{it.notebook}.html")
+            return written
+
+        try:  # 上一份已经等满了还写不进去：这一份只试一次（不再每份都等好几分钟），一写成功就恢复正常的重试
+            written = gradebook_io.retrying(self.gb, write, attempts=1 if self.db_stuck else gradebook_io.RETRIES)
+            self.db_stuck = False
+            for d, nbd in ((sub_dir, done.repaired), (ag_dir, done.autograded)):
+                d.mkdir(parents=True, exist_ok=True)
+                (d / f"{it.notebook}.ipynb").write_text(json.dumps(nbd, ensure_ascii=False, indent=1), encoding="utf-8")
+            collect_mod.write_timestamp(sub_dir, it)
+        except Exception as e:  # noqa: BLE001 —— 评分这边的问题（gradebook 一直忙、磁盘满……）：不是学生的
+            self.db_stuck = gradebook_io.is_busy(e)
+            self._keep_previous(it, f"{gradebook_io.explain_failure(e, self.db_url)}这一份的分数没有写进 gradebook")
+            self._tick()
+            return
+        status, detail = collect_mod.annotate(status, detail + written.notes, it)
+        if written.pending:
+            detail.append(f"{written.pending} 个单元格待人工评分（formgrader）")
+        self.rows.append(Row(it.student_id, it.notebook, written.score, written.max_score, status, "；".join(detail),
+                             len(done.verdict["blank"]), int(written.pending or 0)))
+        self._tick()
+
+    def _keep_previous(self, it, why: str) -> None:
+        """这一份这次写不进去：记 error，分数沿用上一次 grades.csv 里的（有的话）。"""
+        old = self.previous.get((it.student_id, it.notebook))
+        kept = ""
+        if old and old["score"] != "":
+            kept = f"；grades.csv 里是上一次评分的结果（{old['score']} / {old['max_score']}，{old['status']}），反馈也还是上一次的"
+        self.rows.append(Row(it.student_id, it.notebook, float(old["score"]) if kept else None,
+                             float(old["max_score"]) if kept and old["max_score"] else None, "error",
+                             f"{why}{kept}。修好之后再运行同一个命令：不会重新执行，只重写这些"))
+
+    # ---- report ---------------------------------------------------------------------------------------------
+    def report(self) -> list[Row]:
+        """缺交和中断的行、grades.csv（先写临时文件再改名：另一个进程读到的总是完整的一份）、汇总。"""
+        rows = self.rows
+        if self.interrupted:
+            done_keys = {(r.student_id, r.notebook) for r in rows}
+            for it in self.todo:
+                if (it.student_id, it.notebook) not in done_keys:
+                    rows.append(Row(it.student_id, it.notebook, None, None, "interrupted",
+                                    "评分被中断（Ctrl-C），这份还没有评：再运行同一个命令会接着评"))
+        counted = counted_notebooks(rows, self.notebooks)
+        rows += missing_rows(rows, self.roster, counted)
+        rows.sort(key=lambda r: (r.student_id == "", r.student_id, r.notebook, r.status, r.detail))
+        write_csv(self.course / "grades.csv", rows)
+        if self.interrupted:
+            done = sum(r.status not in ("interrupted", "missing", "quarantined") for r in rows)
+            left = sum(r.status == "interrupted" for r in rows)
+            print(f"已中断：评完的 {done} 份已经保存（gradebook、反馈、grades.csv），还有 {left} 份没有评"
+                  "（grades.csv 里 status 为 interrupted）。", file=sys.stderr)
+            raise KeyboardInterrupt
+        if not self.opts.quiet:
+            print(summary(rows, time.monotonic() - self.t0, self.use_bwrap, what="反馈" if self.opts.reuse_import else "评分",
+                          not_counted=[nb for nb in self.notebooks if nb not in counted]))
+        return rows
 
 
 class InOrderSlots:
@@ -687,6 +768,15 @@ def missing_rows(rows: list[Row], roster, notebooks: list[str]) -> list[Row]:
                 why = "没有提交" if sid not in handed else "没有提交这个 notebook（交了别的）"
             out.append(Row(sid, nbname, None, None, "missing", why))
     return out
+
+
+def read_csv(path: Path) -> dict:
+    """上一次的 grades.csv：{(学号, notebook): 那一行}；没有或读不了时为空。"""
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as f:
+            return {(r["student_id"], r["notebook"]): r for r in csv.DictReader(f)}
+    except (OSError, csv.Error, KeyError, UnicodeDecodeError):
+        return {}
 
 
 def write_csv(path: Path, rows: list[Row]) -> None:

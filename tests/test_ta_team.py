@@ -1,0 +1,350 @@
+"""几位助教共用一个课程（issue 35）：同时运行的命令、忙着的 gradebook、学期密钥。
+
+- 两个真的 ``python -m lib.grading grade`` 进程在同一个课程上隔几秒先后开始（SQLite 和 PostgreSQL）：后来的那个
+  说清楚在等谁，等它结束再评；最后每个学生的分数和一次干净的评分完全相同，没有 crashed、没有 error。
+- 另一个连接占着 gradebook 的写事务：占的时间短于等待上限，评分只是慢一点；长于上限，那几行记 error（不是
+  crashed），grades.csv 保留上次的分数，退出码 4，放开之后再运行一次就全部写好，不重新执行。
+- PostgreSQL 上一位助教评分、另一位同时在 formgrader 里（这里用 nbgrader 的 Gradebook）录入人工分：人工分全部保留，
+  没有重复的记录。
+- 学期密钥：两个密钥给出不同的隐藏输入；同一个密钥两次评分分数相同；没有密钥时和以前完全一样。
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+import grading_fixtures as gf  # noqa: E402
+from test_postgres import NB, _scores, _submissions, postgres_url  # noqa: E402,F401  （postgres_url 是 fixture）
+
+from lib.grading import course_lock, hidden_inputs, pipeline  # noqa: E402
+from lib.grading.course_lock import CourseBusy, CourseLock  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _start(course: Path, *args: str, env: dict | None = None) -> subprocess.Popen:
+    full = dict(os.environ, PYTHONPATH=str(course), OMP_NUM_THREADS="1", **(env or {}))
+    return subprocess.Popen([sys.executable, "-m", "lib.grading", *args], cwd=course, env=full,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _finish(p: subprocess.Popen, timeout: float = 600) -> tuple[int, str]:
+    out, err = p.communicate(timeout=timeout)
+    return p.returncode, out + err
+
+
+GRADE = ("grade", "exercises", "--jobs", "1", "--quiet")
+
+
+def _grade(course: Path, subs: Path, *extra: str, env: dict | None = None) -> tuple[int, str]:
+    return _finish(_start(course, *GRADE, "--submissions", str(subs), *extra, env=env))
+
+
+def _rows(course: Path) -> dict:
+    return {r["student_id"]: r for r in gf.read_grades(course) if r["notebook"] == NB}
+
+
+def _sqlite(course: Path) -> str:
+    return f"sqlite:///{course / 'gradebook.db'}"
+
+
+def _class(root: Path) -> Path:
+    """12 名学生的 notebook 01（和 issue 里的一样：8 份全对、4 份空白；加上一份做了一半的），按学号文件夹放。
+    一次评分在这台机器上要好几秒：两次评分隔 3 秒开始时还会重叠。"""
+    three = _submissions(root / "three")  # 2024001 全对、2024002 空白、2024003 一半
+    files = {sid: (three / sid / f"{NB}.ipynb").read_bytes() for sid in ("2024001", "2024002", "2024003")}
+    subs = root / "downloads"
+    for i, kind in enumerate(["2024001"] * 8 + ["2024002"] * 4 + ["2024003"]):
+        (subs / f"2025{i:03d}").mkdir(parents=True)
+        (subs / f"2025{i:03d}" / f"{NB}.ipynb").write_bytes(files[kind])
+    return subs
+
+
+@pytest.fixture(scope="module")
+def clean(tmp_path_factory):
+    """一次干净的评分：每个学生的分数（gradebook 里每个单元格）就是下面每种情形都要得到的。"""
+    root = tmp_path_factory.mktemp("clean")
+    subs = _class(root)
+    course = gf.copy_course(REPO, root / "course")
+    rc, out = _grade(course, subs)
+    assert rc == 0, out
+    return {"subs": subs, "scores": _scores(_sqlite(course)), "rows": _rows(course)}
+
+
+# ---------------------------------------------------------------------------------------------- 锁本身
+
+
+def _hold(course: Path, seconds: float, shared: bool = False) -> subprocess.Popen:
+    """另一个进程拿着课程的锁 seconds 秒（打印 ready 之后才算拿到）。"""
+    code = ("import sys, time; from pathlib import Path; from lib.grading.course_lock import CourseLock\n"
+            f"with CourseLock(Path({str(course)!r}), 'grade exercises', shared={shared}):\n"
+            "    print('ready', flush=True); time.sleep(%r)\n" % seconds)
+    p = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)),
+                         stdout=subprocess.PIPE, text=True)
+    assert p.stdout.readline().strip() == "ready"
+    return p
+
+
+def test_a_second_writer_waits_and_names_the_holder_or_refuses_at_once(tmp_path, monkeypatch):
+    monkeypatch.setattr(course_lock, "POLL_SECONDS", 0.05)
+    holder = _hold(tmp_path, 2.0)
+    with pytest.raises(CourseBusy, match=rf"pid {holder.pid}.*grade exercises.*--no-wait"):
+        with CourseLock(tmp_path, "feedback exercises", wait=False):
+            pass
+    said: list[str] = []
+    start = time.monotonic()
+    with CourseLock(tmp_path, "feedback exercises", say=said.append):
+        waited = time.monotonic() - start  # 拿到锁时，先拿着锁的那个已经放开了（它拿了 2 秒）
+    assert holder.wait(timeout=10) == 0
+    assert waited > 0.5 and f"pid {holder.pid}" in said[0] and os.environ.get("USER", "") in said[0]
+    assert said[-1] == "轮到这里了，开始。"
+
+
+def test_readers_share_the_lock_and_only_writers_wait(tmp_path):
+    reader = _hold(tmp_path, 3.0, shared=True)
+    start = time.monotonic()
+    with CourseLock(tmp_path, "report exercises", shared=True, wait=False):  # 另一个读：马上拿到
+        pass
+    assert time.monotonic() - start < 1.0
+    with pytest.raises(CourseBusy, match="report|grade"):
+        with CourseLock(tmp_path, "grade exercises", wait=False):  # 写：要等读的结束
+            pass
+    reader.wait(timeout=10)
+
+
+def test_a_killed_holder_leaves_no_lock_and_its_record_is_cleaned(tmp_path):
+    holder = _hold(tmp_path, 60.0)
+    assert len(CourseLock(tmp_path, "x").holders()) == 1
+    holder.send_signal(signal.SIGKILL)  # kill -9：内核放开 flock，记录文件留下了
+    holder.wait(timeout=10)
+    assert len(CourseLock(tmp_path, "x").holders()) == 1
+    with CourseLock(tmp_path, "grade exercises", wait=False) as lock:
+        assert [h["pid"] for h in lock.holders()] == [os.getpid()]  # 崩溃的进程留下的记录清掉了
+    assert lock.holders() == []
+
+
+# ---------------------------------------------------------------------------------------------- 两次评分同时进行
+
+
+def _two_runs(course: Path, subs: Path, offset: float) -> list[tuple[int, str, int]]:
+    first = _start(course, *GRADE, "--submissions", str(subs))
+    time.sleep(offset)
+    second = _start(course, *GRADE, "--submissions", str(subs))
+    return [(*_finish(p), p.pid) for p in (first, second)]
+
+
+def _check_two_runs(runs, course: Path, db_url: str, clean: dict) -> None:
+    for rc, out, _ in runs:
+        assert rc == 0, out[-3000:]
+    (_, out_a, pid_a), (_, out_b, pid_b) = runs
+    # 后开始的那个（offset 0 时不一定是谁）说清楚在等谁：用户、pid、命令
+    assert (f"pid {pid_a}" in out_b and "grade exercises" in out_b) or (f"pid {pid_b}" in out_a and "grade exercises" in out_a)
+    assert _scores(db_url) == clean["scores"]
+    rows = _rows(course)
+    assert {sid: (r["score"], r["status"]) for sid, r in rows.items()} == \
+        {sid: (r["score"], r["status"]) for sid, r in clean["rows"].items()}
+    assert not any(s in r["status"] for r in rows.values() for s in ("crashed", "error"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("offset", [0.0, 0.5, 3.0])
+def test_two_grade_runs_on_one_course_give_the_scores_of_one_clean_run(tmp_path, clean, offset):
+    course = gf.copy_course(REPO, tmp_path / "course")
+    _check_two_runs(_two_runs(course, clean["subs"], offset), course, _sqlite(course), clean)
+
+
+def _pg_course(tmp_path: Path, url: str) -> Path:
+    course = gf.copy_course(REPO, tmp_path / "course")
+    with open(course / "nbgrader_config.py", "a", encoding="utf-8") as f:
+        f.write(f'\nc.CourseDirectory.db_url = "{url}"\n')
+    return course
+
+
+def _fresh_pg(postgres_url: str, name: str) -> str:
+    """同一个服务器上的一个新数据库（每个测试一个，互不影响）。"""
+    import psycopg2
+    base, _ = postgres_url.rsplit("/", 1)
+    conn = psycopg2.connect(base.replace("postgresql+psycopg2", "postgresql") + "/postgres")
+    conn.autocommit = True
+    with conn.cursor() as cur:
+        cur.execute(f"CREATE DATABASE {name}")
+    conn.close()
+    return f"{base}/{name}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("offset", [0.5, 3.0])
+def test_two_grade_runs_on_a_postgresql_gradebook_give_the_scores_of_one_clean_run(tmp_path, clean, postgres_url,
+                                                                                    offset):
+    url = _fresh_pg(postgres_url, f"two_runs_{int(offset * 10)}")
+    course = _pg_course(tmp_path, url)
+    _check_two_runs(_two_runs(course, clean["subs"], offset), course, url, clean)
+
+
+# ---------------------------------------------------------------------------------------------- 忙着的 gradebook
+
+
+def _hold_sqlite(path: Path, seconds: float) -> subprocess.Popen:
+    """另一个连接拿着 SQLite 的写锁（BEGIN IMMEDIATE + 一次写）seconds 秒，像 formgrader 里一个没结束的事务。"""
+    code = ("import sqlite3, sys, time\n"
+            f"c = sqlite3.connect({str(path)!r}, isolation_level=None)\n"
+            "c.execute('BEGIN IMMEDIATE'); c.execute(\"UPDATE student SET first_name = first_name\")\n"
+            "print('ready', flush=True); time.sleep(%r); c.execute('COMMIT')\n" % seconds)
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert p.stdout.readline().strip() == "ready"
+    return p
+
+
+@pytest.mark.slow
+def test_a_gradebook_busy_for_a_while_only_delays_grading(tmp_path, clean):
+    course = gf.copy_course(REPO, tmp_path / "course")
+    assert _grade(course, clean["subs"])[0] == 0
+    holder = _hold_sqlite(course / "gradebook.db", 6.0)
+    start = time.monotonic()
+    rc, out = _grade(course, clean["subs"])  # 再评一次（沿用执行结果）：写 gradebook 时要等那个事务结束
+    assert rc == 0, out[-3000:]
+    assert time.monotonic() - start > 4 and holder.wait(timeout=30) == 0
+    assert _scores(_sqlite(course)) == clean["scores"]
+    assert all(r["status"] == clean["rows"][sid]["status"] for sid, r in _rows(course).items())
+
+
+@pytest.mark.slow
+def test_a_gradebook_busy_past_the_wait_marks_rows_error_keeps_the_last_scores_and_a_rerun_fixes_them(tmp_path, clean):
+    course = gf.copy_course(REPO, tmp_path / "course")
+    assert _grade(course, clean["subs"])[0] == 0
+    before = _rows(course)
+    holder = _hold_sqlite(course / "gradebook.db", 300.0)
+    try:
+        rc, out = _grade(course, clean["subs"], env={"COURSE_GRADEBOOK_BUSY_SECONDS": "0.3"})
+    finally:
+        holder.send_signal(signal.SIGTERM)
+        holder.wait(timeout=30)
+    assert rc == 4, out[-3000:]
+    assert "评分这边" in out and "不是学生的问题" in out
+    rows = _rows(course)
+    assert {r["status"] for r in rows.values()} == {"error"}  # 评分这边的问题：不是 crashed，也没有一行 0 分
+    for sid, r in rows.items():
+        assert r["score"] == before[sid]["score"] and "一直被别的程序占着" in r["detail"] and "上一次评分的结果" in r["detail"]
+    rc, out = _grade(course, clean["subs"])
+    assert rc == 0, out[-3000:]
+    assert _scores(_sqlite(course)) == clean["scores"] and _rows(course).keys() == before.keys()
+    assert all(r["status"] == before[sid]["status"] for sid, r in _rows(course).items())
+
+
+# ---------------------------------------------------------------------------------------------- PostgreSQL：评分时有人录入人工分
+
+
+NB5 = "05_masks_and_kv_cache"  # 练习 8 的 (a)(b)(c) 是文字题：人工评分
+
+
+def _written_class(root: Path) -> Path:
+    """6 名学生的 notebook 05：全对（参考答案，文字题写了答案）和空白各 3 份。"""
+    release = gf.load(REPO / "release" / "exercises" / f"{NB5}.ipynb")
+    solution = gf.load(REPO / "solutions" / "exercises" / f"{NB5}.ipynb")
+    subs = root / "downloads5"
+    for i, nb in enumerate([gf.answered(release, solution)] * 3 + [release] * 3):
+        (subs / f"2026{i:03d}").mkdir(parents=True)
+        (subs / f"2026{i:03d}" / f"{NB5}.ipynb").write_bytes(gf.dump(nb))
+    return subs
+
+
+def _all_scores(db_url: str, notebook: str) -> dict:
+    from nbgrader.api import Gradebook
+    with Gradebook(db_url) as gb:
+        return {(s.student.id, g.name): (g.auto_score, g.manual_score) for s in gb.assignment_submissions("exercises")
+                for sn in s.notebooks if sn.name == notebook for g in sn.grades}
+
+
+@pytest.mark.slow
+def test_manual_grades_entered_while_another_ta_grades_are_all_kept(tmp_path, postgres_url):
+    url = _fresh_pg(postgres_url, "manual_while_grading")
+    course = _pg_course(tmp_path, url)
+    subs = _written_class(tmp_path)
+    assert _grade(course, subs)[0] == 0
+    first = _all_scores(url, NB5)
+    release = gf.load(REPO / "release" / "exercises" / f"{NB5}.ipynb")
+    manual = [gid for gid, (points, auto) in pipeline.gradebook_io.grade_cells(release).items() if not auto]
+    answered = sorted({sid for (sid, gid), (a, m) in first.items() if gid in manual and a is None})  # 写了文字题的
+    assert manual and answered
+    from nbgrader.api import Gradebook
+    entered: dict = {}
+    stop = threading.Event()
+
+    def formgrader():  # 另一位助教：一直在给文字题打分，每次一个事务
+        n = 0
+        with Gradebook(url) as gb:
+            while not stop.is_set():
+                sid, gid = answered[n % len(answered)], manual[n % len(manual)]
+                grade = gb.find_grade(gid, NB5, "exercises", sid)
+                grade.manual_score = float(n % 3 + 1)
+                gb.db.commit()
+                entered[sid, gid] = grade.manual_score
+                n += 1
+                time.sleep(0.02)
+
+    t = threading.Thread(target=formgrader)
+    t.start()
+    try:
+        rc, out = _grade(course, subs, "--fresh")  # 重新导入同一批下载：重写每个学生的分数
+    finally:
+        stop.set()
+        t.join(timeout=30)
+    assert rc == 0, out[-3000:]
+    assert len(entered) >= 1
+    after = _all_scores(url, NB5)
+    for (sid, gid), score in entered.items():
+        assert after[sid, gid][1] == score  # 人工分一个不少
+    assert {k: a for k, (a, m) in after.items()} == {k: a for k, (a, m) in first.items()}  # 自动分和第一次相同
+    with Gradebook(url) as gb:
+        ids = [s.student.id for s in gb.assignment_submissions("exercises")]
+        assert sorted(ids) == sorted(set(ids)) == sorted(p.name for p in subs.iterdir())  # 没有重复的提交记录
+        for s in gb.assignment_submissions("exercises"):
+            assert [nb.name for nb in s.notebooks].count(NB5) == 1
+
+
+# ---------------------------------------------------------------------------------------------- 学期密钥
+
+
+def test_two_secrets_give_different_hidden_inputs_and_no_secret_the_public_seed(tmp_path):
+    from lib.grading import exercise_checks  # noqa: F401  （先导入它：练习模块由它加载）
+    from lib.grading.exercises import ex01
+    assert hidden_inputs.seed(tmp_path) == pipeline.SEED == 0  # 公开的克隆：和以前一样
+    path = hidden_inputs.create(tmp_path)
+    assert oct(path.stat().st_mode & 0o777) == "0o640" and path.stat().st_gid == tmp_path.stat().st_gid
+    first = hidden_inputs.seed(tmp_path)
+    with pytest.raises(FileExistsError):
+        hidden_inputs.create(tmp_path)  # 学期中间不会被不小心换掉
+    hidden_inputs.create(tmp_path, force=True)
+    second = hidden_inputs.seed(tmp_path)
+    assert len({0, first, second}) == 3
+    inputs = ["inputs_self_attention"]
+    assert inputs
+    for name in inputs:
+        fn = getattr(ex01, name)
+        assert repr(fn(first)) != repr(fn(second)) != repr(fn(0)), name  # 隐藏输入跟着密钥变
+    opts = pipeline.Options(assignment="exercises", submissions=tmp_path)
+    assert pipeline.grader_version(opts, "src") == pipeline.grader_version(opts, "src", 0)  # 没有密钥：存下的结果照旧能用
+    assert pipeline.grader_version(opts, "src", first) != pipeline.grader_version(opts, "src", second)
+
+
+@pytest.mark.slow
+def test_the_same_secret_gives_identical_scores_on_two_runs(tmp_path, clean):
+    courses = [gf.copy_course(REPO, tmp_path / name) for name in ("a", "b")]
+    secret = hidden_inputs.create(courses[0])
+    (courses[1] / ".grading").mkdir()
+    (courses[1] / ".grading" / "secret").write_bytes(secret.read_bytes())  # 同一个学期的另一台机器
+    for course in courses:
+        assert _grade(course, clean["subs"])[0] == 0
+        states = list((course / ".grading" / "exercises" / "state").glob("*.json"))
+        assert states and all(f'"seed": {hidden_inputs.seed(course)}' in p.read_text(encoding="utf-8") for p in states)
+    a, b = (_scores(_sqlite(c)) for c in courses)
+    assert a == b
+    assert {sid: total for sid, (total, _) in a.items()} == {sid: total for sid, (total, _) in clean["scores"].items()}
