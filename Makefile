@@ -1,10 +1,12 @@
 # 第 7 讲课程仓库的全部命令。新机器上只需要：
-#   make lab    —— 装好一切，检查环境，打开 JupyterLab
-#   make test   —— 装好一切，跑全部测试（CI 也用它：.ci/run）
+#   make lab    —— 装好课程环境（requirements.txt：学生和助教要用的），检查环境，打开 JupyterLab
+#   make test   —— 再装好测试、JupyterHub 和网站的工具（requirements-dev.txt），跑全部测试（CI 也用它：.ci/run）
+#   make site   —— 静态网站：把 notebook 存下的输出做成网页，放在 _site/（离线可读、可搜索）
 #   make hub    —— 在本机起一个试用的 JupyterHub（要 root；只听 127.0.0.1；make hub-clean 删掉它建的用户；见 README“在 JupyterHub 上开课”）
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
+STAMP_STUDENT := $(VENV)/.installed-student
 STAMP  := $(VENV)/.installed
 export PYTHONPATH := $(CURDIR)
 # nbgrader 要在 PATH 上找到 venv 里的 alembic 等命令
@@ -12,8 +14,9 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 # 小模型在 CPU 上单线程更快，也避免两个测试进程抢同一个核
 export OMP_NUM_THREADS ?= 1
 
-.PHONY: setup system-deps hub-deps hub hub-clean lab test test-fast nbval notebooks artifact sweep-report release bench grade grade-demo clean-student-data stamp-badges
+.PHONY: setup setup-student site system-deps hub-deps hub hub-clean lab test test-fast nbval notebooks artifact sweep-report release bench grade grade-demo clean-student-data stamp-badges
 
+setup-student: $(STAMP_STUDENT)
 setup: $(STAMP)
 
 # pip 装包时不编译 .pyc（它一个文件一个文件地编译，约 1.1 万个文件、单核约 1 分钟）。装好之后 lib.tools.warm_bytecode
@@ -22,15 +25,20 @@ setup: $(STAMP)
 # PYTHONDONTWRITEBYTECODE 传给命令（有的环境默认设了它，那样每个进程都要在内存里重新编译一遍）。
 unexport PYTHONDONTWRITEBYTECODE
 
-$(STAMP): requirements.txt requirements-dev.txt deploy/jupyterhub/requirements.txt
+$(STAMP_STUDENT): requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q --no-compile -r requirements-dev.txt
+	$(PY) -m pip install -q --no-compile -r requirements.txt
 	$(PY) -m lib.tools.warm_bytecode
 	$(PY) -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (lecture07)" >/dev/null
+	touch $(STAMP_STUDENT)
+
+$(STAMP): $(STAMP_STUDENT) requirements-dev.txt requirements-site.txt deploy/jupyterhub/requirements.txt
+	$(PY) -m pip install -q --no-compile -r requirements-dev.txt
+	$(PY) -m lib.tools.warm_bytecode
 	touch $(STAMP)
 
-lab: setup
+lab: setup-student
 	$(PY) -m lib.check_env
 	$(VENV)/bin/jupyter lab --notebook-dir=. $(if $(filter 0,$(shell id -u)),--allow-root) notebooks/00_start_here.ipynb
 
@@ -76,7 +84,7 @@ hub-clean:
 # 的测试留在同一个进程里（nbval 按顺序执行一个 notebook 的单元格，模块级的 fixture 只建一次）；
 # --no-loadscope-reorder：按 conftest.py 排好的顺序发活，最慢的文件先开始。--durations 打印时间花在哪里。
 test: setup system-deps hub-deps
-	$(PY) -m lib.check_env --quiet
+	$(PY) -m lib.check_env --quiet --requirements requirements-dev.txt
 	$(PY) -m pytest -n 2 --dist loadscope --no-loadscope-reorder --durations=25
 
 # 只跑快的：不执行 notebook、不开浏览器
@@ -107,6 +115,10 @@ artifact: setup
 # make sweep-report KERNELS=avx2：换一套 CPU 计算核、每一页都现场重训（像换了一台 CPU；2 核约 1 小时）
 sweep-report: setup
 	$(PY) -m lib.tools.sweep_report $(if $(KERNELS),--kernels $(KERNELS))
+
+# 静态网站（lib/tools/build_site.py）：notebooks/ 和练习的学生版，用存下的输出，不重新执行；输出在 _site/（git 忽略）
+site: setup
+	$(PY) -m lib.tools.build_site
 
 # 用 nbgrader 从 source/ 重新生成 release/ 和 solutions/
 release: setup

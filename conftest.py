@@ -33,12 +33,14 @@ nbval.kernel.start_new_kernel = _start_new_kernel_retrying
 SLOWEST_FIRST = {
     "tests/test_experiments.py": 748,  # 在没有展示的种子上重新训练 notebook 11 的 7 个模型（一个测试，墙钟 490–720 秒）
     "tests/test_hub.py": 144,
+    "tests/test_ta_team.py": 106,  # 两个真的 grade 进程（SQLite 和 PostgreSQL）
     "tests/test_training_details.py": 113,
     "tests/test_exercises.py": 111,
     "tests/test_grading.py": 99,
     "tests/test_toy_tasks.py": 58,
     "notebooks/11_mini_gpt_vs_rnn.ipynb": 70,
     "tests/test_browser.py": 53,
+    "tests/test_site.py": 45,  # 构建网站（约 10 秒）再用 Chromium 打开
     "tests/test_fairness.py": 47,
     "tests/test_grading_forkserver.py": 45,
     "tests/test_architectures.py": 15,

@@ -32,7 +32,7 @@ def _short_path(path) -> str:
             return str(p)
 REQUIREMENTS = REPO_ROOT / "requirements.txt"
 MIN_PYTHON = (3, 10)
-# 运行 notebook 必需的包：Colab 上只检查这些（JupyterLab、nbgrader、nbval 在 Colab 上用不到）
+# 运行 notebook 必需的包：Colab 上只检查这些（JupyterLab、nbgrader 在 Colab 上用不到）
 NOTEBOOK_PACKAGES = ("torch", "numpy", "matplotlib", "tqdm")
 TORCH_CPU_INSTALL = "pip install torch=={version} --index-url https://download.pytorch.org/whl/cpu"
 
@@ -52,10 +52,14 @@ def _width(text: str) -> int:
 
 
 def read_pins(path: Path = REQUIREMENTS) -> dict[str, str]:
-    """requirements.txt 里的 `名字==版本`（忽略注释和 -r 行）。"""
+    """requirements 文件里的 `名字==版本`（忽略注释；`-r 别的文件` 也读进来，路径相对于这个文件）。
+    学生用 requirements.txt；助教和测试用 requirements-dev.txt（它包含前者）。"""
     pins = {}
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
         line = line.split("#", 1)[0].strip()
+        if line.startswith("-r "):
+            pins.update(read_pins(Path(path).parent / line[3:].strip()))
+            continue
         m = re.fullmatch(r"([A-Za-z0-9_.\-]+)\s*==\s*([^\s;]+)", line)
         if m:
             pins[m.group(1).lower()] = m.group(2)

@@ -21,8 +21,21 @@ def _run(*args):
 
 
 def test_pins_come_from_requirements_txt():
-    for name in ("torch", "numpy", "matplotlib", "tqdm", "jupyterlab", "nbgrader", "nbval"):
+    for name in ("torch", "numpy", "matplotlib", "tqdm", "jupyterlab", "nbgrader"):
         assert name in PINS, f"requirements.txt 里没有 {name}=="
+
+
+def test_the_course_environment_has_no_test_hub_or_site_tools_and_the_dev_file_adds_them():
+    """课程环境 requirements.txt（学生和助教）里没有测试、JupyterHub 和网站的包，助教评分要的在；
+    requirements-dev.txt 包含课程环境的全部和这些。"""
+    from lib.check_env import REPO_ROOT, read_pins
+    dev = read_pins(REPO_ROOT / "requirements-dev.txt")
+    for tool in ("nbval", "pytest", "pytest-xdist", "playwright", "jupyterhub", "psycopg2-binary", "sphinx",
+                 "myst-nb", "jieba"):
+        assert tool not in PINS and tool in dev, tool
+    for grading_tool in ("nbgrader", "openpyxl", "pyyaml", "copydetect", "latex2mathml"):  # python -m lib.grading 要的
+        assert grading_tool in PINS, grading_tool
+    assert all(dev[name] == version for name, version in PINS.items())
 
 
 def test_this_environment_passes_quietly_in_one_line():

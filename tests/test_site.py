@@ -1,0 +1,153 @@
+"""静态网站（make site，lib/tools/build_site.py）：像学生一样在真的浏览器里打开它。
+
+构建一次（要在 60 秒内），然后用无头 Chromium（Playwright）从 file:// 和一个本地的静态服务器各打开一遍，
+手机和笔记本两种宽度：首页、notebook 05（公式和图）、notebook 11（表）、一个练习页、搜索一个中文词。
+每一次打开都记下浏览器发出的全部请求：不能有一个离开网站自己的文件夹（没有 CDN、字体、统计）。
+"""
+from __future__ import annotations
+
+import functools
+import http.server
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from free_port import free_port  # noqa: E402
+from test_browser import CHROMIUM, CHROMIUM_ARGS  # noqa: E402
+
+pytestmark = pytest.mark.slow
+REPO = Path(__file__).resolve().parents[1]
+SIZES = {"phone": (390, 844), "laptop": (1366, 900)}
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    out = tmp_path_factory.mktemp("site") / "_site"
+    start = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "lib.tools.build_site", "-o", str(out)], cwd=REPO,
+                          env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True, text=True, timeout=300)
+    seconds = time.monotonic() - start
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert seconds < 60, f"构建用了 {seconds:.0f} 秒（要求 60 秒以内）"
+    print(proc.stdout.strip())
+    return out
+
+
+def test_the_site_has_every_page_in_lecture_order_and_only_student_versions(site):
+    notebooks = sorted(p.stem for p in (REPO / "notebooks").glob("*.ipynb"))
+    assert sorted(p.stem for p in (site / "notebooks").glob("*.html")) == notebooks
+    exercises = sorted(p.stem for p in (REPO / "release" / "exercises").glob("*.ipynb"))
+    assert sorted(p.stem for p in (site / "release" / "exercises").glob("*.html")) == exercises
+    assert not (site / "source").exists() and not (site / "solutions").exists()
+    html = (site / "release" / "exercises" / "01_attention_by_hand.html").read_text(encoding="utf-8")
+    assert "BEGIN SOLUTION" not in html and "run_check" not in html  # 学生版：没有答案、没有隐藏测试
+    index = (site / "index.html").read_text(encoding="utf-8")
+    positions = [index.index(f"notebooks/{nb}.html") for nb in notebooks]
+    assert positions == sorted(positions), "首页的目录按讲义的顺序"
+    for nb in notebooks:  # 每页都有下载和在 Colab 里打开的链接
+        page = (site / "notebooks" / f"{nb}.html").read_text(encoding="utf-8")
+        assert "运行这一页" in page and f"{nb}.ipynb" in page and "colab.research.google.com/github/" in page
+        assert "colab.research.google.com/assets" not in page  # 徽章的图片是网站自己的
+    assert list((site / "_downloads").rglob("05_positional_encoding.ipynb"))
+    assert not list(site.rglob("*.ipynb_checkpoints"))
+
+
+class _Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture(scope="module")
+def served(site):
+    port = free_port()
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", port), functools.partial(_Quiet, directory=str(site)))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{port}"
+    server.shutdown()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    pytest.importorskip("playwright.sync_api", reason="没有安装 playwright：pip install -r requirements-dev.txt")
+    if not (shutil.which(CHROMIUM) or Path(CHROMIUM).exists()):
+        pytest.skip(f"找不到 Chromium（{CHROMIUM}）：Debian 上 apt-get install chromium，或用 CHROMIUM_PATH 指定")
+    from playwright.sync_api import sync_playwright
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+def _visit(browser, base: str, size: str, path: str, shot: Path | None = None):
+    """打开一页，等公式排好；返回 (page, 这一页发出的全部请求)。"""
+    w, h = SIZES[size]
+    page = browser.new_page(viewport={"width": w, "height": h})
+    requests: list[str] = []
+    page.on("request", lambda r: requests.append(r.url))
+    page.goto(f"{base}/{path}", wait_until="load")
+    page.wait_for_function("() => !window.MathJax || !MathJax.startup || MathJax.startup.promise", timeout=30_000)
+    page.evaluate("() => window.MathJax && MathJax.startup ? MathJax.startup.promise : null")
+    if shot is not None:
+        shot.parent.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(shot), full_page=False)
+    return page, requests
+
+
+def _outside(requests: list[str], base: str) -> list[str]:
+    return [u for u in requests if not (u.startswith(base + "/") or u.startswith(("data:", "blob:", "about:")))]
+
+
+@pytest.mark.parametrize("size", list(SIZES))
+@pytest.mark.parametrize("how", ["file", "http"])
+def test_pages_render_offline_at_phone_and_laptop_width(site, served, browser, size, how):
+    base = site.as_uri() if how == "file" else served
+    shots = REPO / "test-artifacts" / "site"
+    seen: list[str] = []
+    # 首页：目录里每一节都有
+    page, req = _visit(browser, base, size, "index.html", shots / f"index-{how}-{size}.png")
+    seen += req
+    links = page.eval_on_selector_all("a.reference.internal", "els => els.map(e => e.getAttribute('href'))")
+    assert sum("notebooks/" in h for h in links) >= 13 and sum("release/exercises/" in h for h in links) >= 6
+    assert page.evaluate("() => document.documentElement.scrollWidth") <= SIZES[size][0] + 2, "首页不应横向溢出"
+    page.close()
+    # notebook 05：公式由网站自己的 MathJax 排好，图都加载出来了
+    page, req = _visit(browser, base, size, "notebooks/05_positional_encoding.html", shots / f"05-{how}-{size}.png")
+    seen += req
+    assert page.evaluate("() => document.querySelectorAll('mjx-container').length") >= 20
+    assert page.evaluate("() => document.querySelectorAll('mjx-merror').length") == 0, "有公式排版出错"
+    images = page.evaluate("() => [...document.images].map(i => [i.src, i.complete && i.naturalWidth > 0])")
+    assert len(images) >= 5 and all(ok for _, ok in images), [src for src, ok in images if not ok]
+    assert page.evaluate("() => document.documentElement.scrollWidth") <= SIZES[size][0] + 2, "页面不应横向溢出"
+    page.close()
+    # notebook 11：表（10 个种子的宽表在自己的框里横向滚动，不撑开整页）
+    page, req = _visit(browser, base, size, "notebooks/11_mini_gpt_vs_rnn.html", shots / f"11-{how}-{size}.png")
+    seen += req
+    assert page.evaluate("() => document.querySelectorAll('table').length") >= 15
+    assert "和讲义对照" in page.inner_text("body")
+    assert page.evaluate("() => document.documentElement.scrollWidth") <= SIZES[size][0] + 2, "宽表不应撑开整页"
+    page.close()
+    # 练习页：学生版，有“运行这一页”和下载链接
+    page, req = _visit(browser, base, size, "release/exercises/01_attention_by_hand.html")
+    seen += req
+    body = page.inner_text("body")
+    assert "运行这一页" in body and "练习 1" in body
+    href = page.eval_on_selector("a.download", "a => a.getAttribute('href')")
+    assert href and href.endswith("01_attention_by_hand.ipynb")
+    page.close()
+    # 搜索一个中文词：结果里有讲它的那一页
+    for word, expected in (("残差", "notebooks/07_transformer_block.html"), ("位置编码", "notebooks/05_positional_encoding.html")):
+        page, req = _visit(browser, base, size, f"search.html?q={word}")
+        seen += req
+        page.wait_for_selector("#search-results ul.search li", timeout=30_000)
+        hits = page.eval_on_selector_all("#search-results ul.search li a", "els => els.map(e => e.getAttribute('href'))")
+        assert any(expected in h for h in hits), (word, hits[:10])
+        page.close()
+    assert not _outside(seen, base), f"有请求离开了网站的文件夹：{sorted(set(_outside(seen, base)))[:10]}"
