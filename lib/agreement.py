@@ -395,7 +395,8 @@ def evaluate_run(result) -> dict:
     "subject_head"、"subject_head_by_k"：subject_head_by_length 的结果（找主语的头，和它在 2、4、6、10 个
     修饰语时分给主语的平均权重）；"by_verb_position"：4、5 个修饰语的题按预测主动词的位置分组的准确率
     （agreement_by_verb_position）；"examples"：讲义的两个例句上 P(单数动词)、P(复数动词)，以及找主语的头
-    分给主语、分给所有干扰名词的权重，任何一个头分给 <s> 的最大权重，找主语的头在“没事可做”的行上看哪里
+    分给主语、分给所有干扰名词的权重，任何一个头分给 <s>、分给主语之前的位置（start）、分给从句动词（clause_verbs）
+    的最大权重，找主语的头在“没事可做”的行上看哪里
     （idle_row_attention）；"position_probe"：从最后一层的表示线性读出位置的误差（position_probe）。
     """
     from .experiments import splits_for  # 同一份数据（lib/experiments 按设定生成，每个进程只生成一次）
@@ -424,6 +425,12 @@ def evaluate_run(result) -> dict:
                                 "subject": float(row[ex.subject_pos]),
                                 "distractors": float(row[ex.distractor_pos].sum()),
                                 "bos": float(att["last_row"][:, :, 0].max()),  # 任何一个头在预测主动词处分给 <s> 的最大权重
+                                # 任何一个头在预测主动词处分给主语之前的位置（<s> 和主语的限定词、形容词）的最大权重之和
+                                "start": float(att["last_row"][:, :, : ex.subject_pos].sum(-1).max()),
+                                # 任何一个头在预测主动词处分给从句动词（sees、likes……）的最大权重之和；没有从句动词时为 0
+                                "clause_verbs": float(att["last_row"][:, :, [i for i, w in enumerate(ex.tokens)
+                                                                             if w in VERB_FORMS]].sum(-1).max())
+                                if any(w in VERB_FORMS for w in ex.tokens) else 0.0,
                                 "idle": idle_row_attention(model, best, ex)})
     out["position_probe"] = position_probe(model)
     return out
