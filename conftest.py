@@ -59,7 +59,7 @@ SLOWEST_FIRST = {
 # 文件里特别慢的那个测试排到这个文件的最前面。xdist 在一个进程只剩不到 3 个测试没跑完时，就预先把下一个文件
 # 派给它：慢测试排在文件末尾的话，预先派来的文件要等它跑完（十分钟）才开始，最后另一个进程就空等这个文件
 # （一次 CI 里最后约 60 秒只有一个核在忙）。放在最前面，预先派活时只剩几个快的测试。
-RUN_FIRST_IN_FILE = {"tests/test_experiments.py::test_notebook_11_claims_hold_on_seeds_it_does_not_show"}
+RUN_FIRST_IN_FILE = {"tests/test_experiments.py::test_notebook_11_claims_hold_on_a_seed_outside_the_sweep"}
 
 
 def pytest_collection_modifyitems(config, items):

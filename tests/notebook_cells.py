@@ -2,6 +2,7 @@
 test_training_details.py、test_modern_transformer.py 在没有展示的种子上执行页面自己的单元格）。"""
 import ast
 import linecache
+import os
 from pathlib import Path
 
 import nbformat
@@ -38,3 +39,22 @@ def notebook_namespace(notebook: Path, *markers: str) -> dict:
     for marker in markers:
         run_cell(notebook, ns, marker)
     return ns
+
+
+UNSEEN_ENV = "COURSE_UNSEEN_SEEDS"
+
+
+def unseen_seeds(default: tuple[int, ...]) -> tuple[int, ...]:
+    """页面没有展示的种子（“每个种子都成立”的结论要在它们上面重新训练、再检查）。默认是每个测试自己的（CI 用它）；
+    环境变量 COURSE_UNSEEN_SEEDS 换成别的，写成 "10-14" 或 "10,12,15"，例如发布一页之前多查几个种子：
+        COURSE_UNSEEN_SEEDS=10-14 .venv/bin/python -m pytest tests/test_experiments.py -k outside_the_sweep"""
+    text = os.environ.get(UNSEEN_ENV, "").strip()
+    if not text:
+        return default
+    seeds = []
+    for part in text.split(","):
+        lo, _, hi = part.strip().partition("-")
+        seeds.extend(range(int(lo), int(hi or lo) + 1))
+    if any(s < 10 for s in seeds):  # 0–9 是页面上的 10 个种子
+        raise ValueError(f"{UNSEEN_ENV}={text!r}：页面没有展示的种子要从 10 开始（0–9 是页面上的种子）")
+    return tuple(seeds)

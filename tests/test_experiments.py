@@ -33,7 +33,7 @@ from lib.experiments import (
 from lib.transformer import LMOutput, TransformerLM, evaluate_perplexity, sinusoidal_positions
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from notebook_cells import notebook_namespace, run_cell  # noqa: E402
+from notebook_cells import notebook_namespace, run_cell, unseen_seeds  # noqa: E402
 
 TINY = dict(n_train=192, n_dev=32, n_test=32, epochs=1, batch_size=32, warmup_steps=2)
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -602,7 +602,7 @@ def test_command_line_checks_the_artifact():
 # CI 在自己的机器上为 notebook 11 的结论用到的每一组训练一个 10 个种子（0–9）之外的种子，再执行页面自己的结论单元格
 # （带 seed-claims-* 标签的那几个：每个种子都该成立的结论；只在一部分种子上出现的写成频率，不在这里检查）。
 # 8 个模型：一个迷你 GPT 2,504 步，在 2 核的 CI 上（另一个进程同时在跑别的测试）约 60–90 秒，RNN 约 30 秒。
-UNSEEN_SEED = 10
+UNSEEN = unseen_seeds((10,))
 UNSEEN_ARMS = ("learned", "rnn", "learned_4mod", "learned_dropout", *[arm for arm in ARMS if arm != "learned"])
 NOTEBOOK_11 = Path(ROOT) / "notebooks" / "11_mini_gpt_vs_rnn.ipynb"
 
@@ -610,10 +610,10 @@ NOTEBOOK_11 = Path(ROOT) / "notebooks" / "11_mini_gpt_vs_rnn.ipynb"
 @pytest.mark.slow
 def test_notebook_11_claims_hold_on_a_seed_outside_the_sweep():
     """notebook 11 每一条“每个种子都成立”的结论，在 10 个种子之外的种子上、在跑测试的这台机器上重新训练，也成立。"""
-    assert UNSEEN_SEED not in SWEEP_SEEDS
-    readings, source = sweep_readings(arms=UNSEEN_ARMS, seeds=(UNSEEN_SEED,), retrain=True, workers=1, progress=False)
+    assert not set(UNSEEN) & set(SWEEP_SEEDS)
+    readings, source = sweep_readings(arms=UNSEEN_ARMS, seeds=UNSEEN, retrain=True, workers=1, progress=False)
     ns = notebook_namespace(NOTEBOOK_11, "from lib.claims import", "GPT_SPEC, RNN_SPEC = arm_spec")
-    ns.update(SEEDS=(UNSEEN_SEED,), sweep=readings)
+    ns.update(SEEDS=UNSEEN, sweep=readings)
     tags = [tag for cell in nbformat.read(NOTEBOOK_11, as_version=4).cells for tag in cell.metadata.get("tags", [])
             if tag.startswith("seed-claims-")]
     assert len(tags) >= 8, tags  # 页面上的结论单元格都要在这里执行（少了说明标签丢了）

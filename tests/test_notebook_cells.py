@@ -51,3 +51,17 @@ def test_a_missing_or_doubled_tag_is_refused(tmp_path):
         run_cell(path, {}, "seed-claims-x")
     with pytest.raises(AssertionError, match="找不到"):
         run_cell(path, {}, "seed-claims-y")
+
+
+def test_unseen_seeds_come_from_the_environment_or_the_test(monkeypatch):
+    """COURSE_UNSEEN_SEEDS 换掉测试默认的种子（"10-14"、"10,12"）；页面上的种子 0–9 不许用。"""
+    from notebook_cells import UNSEEN_ENV, unseen_seeds
+    monkeypatch.delenv(UNSEEN_ENV, raising=False)
+    assert unseen_seeds((10,)) == (10,)
+    monkeypatch.setenv(UNSEEN_ENV, "10-14")
+    assert unseen_seeds((10,)) == (10, 11, 12, 13, 14)
+    monkeypatch.setenv(UNSEEN_ENV, "10, 12,15-16")
+    assert unseen_seeds((10,)) == (10, 12, 15, 16)
+    monkeypatch.setenv(UNSEEN_ENV, "9-11")
+    with pytest.raises(ValueError, match="从 10 开始"):
+        unseen_seeds((10,))

@@ -17,7 +17,7 @@ from lib.toy_tasks import RetrievalNet, offset_batch, retrieval_batch, train_off
 from lib.transformer import TransformerConfig, TransformerLM, count_parameters
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from notebook_cells import notebook_namespace, run_cell  # noqa: E402
+from notebook_cells import notebook_namespace, run_cell, unseen_seeds  # noqa: E402
 
 # ---------------------------------------------------------------- §6 演示 3
 
@@ -42,7 +42,7 @@ NOTEBOOK_06 = Path(__file__).resolve().parents[1] / "notebooks" / "06_multihead_
 # 页面展示种子 0–9；这里在 10–13 上重新训练（16 个小模型，单线程约 15 秒）。编写时在这几个种子上：单头模型都是
 # “只保住一个目标”的解（页面的 10 个种子里只有 2 个是），3 个头的种子 10 有一个目标只到约 91%（页面的 10 个种子都全对）：
 # 页面上“每个种子都成立”的结论在这些情形上也要成立
-UNSEEN_06 = (10, 11, 12, 13)
+UNSEEN_06 = unseen_seeds((10, 11, 12, 13))
 CLAIM_CELLS_06 = ("seed-claims-accuracy", "seed-claims-one-head", "seed-claims-offsets", "seed-claims-division")
 
 
@@ -94,7 +94,7 @@ def _depth_run(seed, warmup_steps=10, steps=300, **cfg):
 
 
 NOTEBOOK_07 = Path(__file__).resolve().parents[1] / "notebooks" / "07_transformer_block.ipynb"
-UNSEEN_07 = (10, 11)
+UNSEEN_07 = unseen_seeds((10, 11))
 
 
 @pytest.mark.slow
