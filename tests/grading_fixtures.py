@@ -383,7 +383,12 @@ def expected_score(fx: dict, use_bwrap: bool):
 
 def read_grades(course: Path) -> list[dict]:
     """课程根目录下 grades.csv 的全部行（文件带 BOM，给中文 Windows 上的 Excel）。"""
-    with open(Path(course) / "grades.csv", encoding="utf-8-sig", newline="") as f:
+    return read_csv(Path(course) / "grades.csv")
+
+
+def read_csv(path: Path) -> list[dict]:
+    """一个带 BOM 的 UTF-8 CSV（grades.csv、export 写的表）的全部行。"""
+    with open(path, encoding="utf-8-sig", newline="") as f:
         return list(csv.DictReader(f))
 
 

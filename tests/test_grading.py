@@ -580,3 +580,26 @@ def test_never_submitted_notebooks_do_not_need_manual_grading(tmp_path):
         gradebook_io.write_scores(gb, "exercises", "s1", names[1], auto[names[1]], set(), submitted=set(names))
         later = gb.find_submission_notebook(names[1], "exercises", "s1")
         assert later.needs_manual_grade == any(not a for _, a in gradebook_io.grade_cells(rel[names[1]]).values())
+
+
+def test_an_answer_cell_that_does_not_run_is_named_in_the_message(tmp_path):
+    """答题单元格本身有语法错误（IndentationError）时，后面的检查看到的是“没有找到 f”；给学生的说明先点出
+    那个单元格和它的错误，不让学生以为是名字拼错了。"""
+    nb_name = "01_attention_by_hand"
+    release = gf.load(REPO / "release" / "exercises" / f"{nb_name}.ipynb")
+    solution = gf.load(REPO / "solutions" / "exercises" / f"{nb_name}.ipynb")
+    nb = gf.answered(release, solution)
+    first = next(i for i, c in enumerate(nb["cells"]) if gf.is_solution(c) and c["cell_type"] == "code")
+    nb["cells"][first]["source"] = "  x = 1\n" + gf.src(nb["cells"][first])  # 第一行多了缩进
+    subs = tmp_path / "downloads" / "2024001"
+    subs.mkdir(parents=True)
+    (subs / f"{nb_name}.ipynb").write_bytes(gf.dump(nb))
+    course = gf.copy_course(REPO, tmp_path / "course")
+    env = dict(os.environ, PYTHONPATH=str(course), OMP_NUM_THREADS="1")
+    p = subprocess.run([sys.executable, "-m", "lib.grading", "grade", "exercises", "--jobs", "1", "--quiet",
+                        "--submissions", str(subs.parent)], cwd=course, env=env, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr
+    graded = gf.load(course / "autograded" / "2024001" / "exercises" / f"{nb_name}.ipynb")
+    texts = ["".join(o.get("text", "") for o in c.get("outputs", [])) for c in graded["cells"] if gf.is_test(c)]
+    first_test = next(t for t in texts if t)
+    assert f"先修好第 {first + 1} 个单元格" in first_test and "IndentationError" in first_test, first_test

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -348,3 +349,87 @@ def test_the_same_secret_gives_identical_scores_on_two_runs(tmp_path, clean):
     a, b = (_scores(_sqlite(c)) for c in courses)
     assert a == b
     assert {sid: total for sid, (total, _) in a.items()} == {sid: total for sid, (total, _) in clean["scores"].items()}
+
+
+def test_a_grade_killed_while_swapping_the_import_copy_loses_nothing(tmp_path):
+    """grade 换 .grading/作业/imported 的那一刻被 kill -9：换副本的每一个中间状态，下一条命令都恢复出完整的一份
+    （分批评分的学生一个不少），不会把下一次下载当成第一次。"""
+    three = _submissions(tmp_path / "three")  # 2024001 全对、2024002 空白、2024003 一半
+    course = gf.copy_course(REPO, tmp_path / "course")
+    assert _grade(course, three)[0] == 0
+    later = tmp_path / "later"  # 第 2 次下载：一名新学生
+    (later / "2024009").mkdir(parents=True)
+    (later / "2024009" / f"{NB}.ipynb").write_bytes((three / "2024001" / f"{NB}.ipynb").read_bytes())
+    assert _grade(course, later)[0] == 0
+    assert set(_rows(course)) == {"2024001", "2024002", "2024003", "2024009"}
+    ws = course / ".grading" / "exercises"
+    final, tmp, old = ws / "imported", ws / "imported.tmp", ws / "imported.old"
+
+    # 两次改名之间停下：旧副本已经是 imported.old，完整的新副本还叫 imported.tmp（没有 imported）
+    final.rename(old)
+    shutil.copytree(old, tmp)
+    rc, out = _finish(_start(course, "export", "exercises", "--lms", "csv"))
+    assert rc == 0 and "4 名学生" in out, out
+    assert final.exists() and not tmp.exists() and not old.exists()
+
+    # 新副本写到一半时停下（没有 manifest.json）：imported 还在，半份新副本丢掉
+    tmp.mkdir()
+    (tmp / "00000.ipynb").write_text("{", encoding="utf-8")
+    latest = tmp_path / "latest"  # 第 3 次下载
+    (latest / "2024010").mkdir(parents=True)
+    (latest / "2024010" / f"{NB}.ipynb").write_bytes((three / "2024002" / f"{NB}.ipynb").read_bytes())
+    rc, out = _finish(_start(course, "grade", "exercises", "--jobs", "1", "--submissions", str(latest)))
+    assert rc == 0, out
+    assert "第 3 次下载" in out, out
+    assert set(_rows(course)) == {"2024001", "2024002", "2024003", "2024009", "2024010"}
+    assert final.exists() and not tmp.exists() and not old.exists()
+
+
+def test_a_broken_submission_is_exported_as_ungradable_not_as_missing(tmp_path):
+    """交了、但文件打不开（进了隔离区）的学生：导出里写“无法评分”和原因，不写“没有提交”，也不从表里消失；
+    汇总里点名，让助教去找学生要文件。"""
+    three = _submissions(tmp_path / "three")
+    (three / "2024004").mkdir()
+    (three / "2024004" / f"{NB}.ipynb").write_text('{"cells": [', encoding="utf-8")  # 坏的 JSON
+    course = gf.copy_course(REPO, tmp_path / "course")
+    assert _grade(course, three)[0] == 0
+    assert _rows(course)["2024004"]["status"] == "quarantined"
+    rc, out = _finish(_start(course, "export", "exercises", "--lms", "csv"))
+    assert rc == 0, out
+    assert "1 名学生交了、但有 notebook 无法评分" in out and "2024004" in out, out
+    rows = {r["student_id"]: r for r in gf.read_csv(course / "exports" / "exercises_csv.csv")}
+    assert set(rows) == {"2024001", "2024002", "2024003", "2024004"}
+    assert rows["2024004"][NB] == "无法评分" and rows["2024004"]["status"].startswith("提交无法评分：")
+    assert "JSON" in rows["2024004"]["status"]
+    assert rows["2024002"]["status"] != "没有提交"  # 空白的那份是交了得 0 分
+
+
+def test_in_a_group_shared_course_everything_grade_writes_is_group_writable(tmp_path):
+    """助教 ssh 登录（默认 umask 022）在共用的课程目录（组可写、setgid）里评分：写出的 grades.csv、.grading/、
+    submitted/、autograded/ 都组可写，另一位助教能接着改。"""
+    three = _submissions(tmp_path / "three")
+    course = gf.copy_course(REPO, tmp_path / "course")
+    os.chmod(course, 0o2775)
+    env = dict(os.environ, PYTHONPATH=str(course), OMP_NUM_THREADS="1")
+    p = subprocess.run([sys.executable, "-m", "lib.grading", *GRADE, "--submissions", str(three)], cwd=course, env=env,
+                       capture_output=True, text=True, timeout=600, preexec_fn=lambda: os.umask(0o022))
+    assert p.returncode == 0, p.stderr
+    written = [course / "grades.csv", *[(course / d) for d in (".grading", "submitted", "autograded")]]
+    written += [q for d in written[1:] for q in d.rglob("*")]
+    assert len(written) > 10
+    not_shared = [str(q.relative_to(course)) for q in written if not q.stat().st_mode & 0o020]
+    assert not not_shared, not_shared
+
+
+def test_a_private_course_keeps_the_users_umask(tmp_path):
+    from lib.grading.__main__ import share_with_the_group
+    course = tmp_path / "course"
+    course.mkdir(mode=0o755)
+    os.chmod(course, 0o755)
+    old = os.umask(0o022)
+    try:
+        assert share_with_the_group(course) is False and os.umask(0o022) == 0o022
+        os.chmod(course, 0o2775)
+        assert share_with_the_group(course) is True and os.umask(0o022) == 0o002
+    finally:
+        os.umask(old)

@@ -415,7 +415,7 @@ def put(course: Path, student: str, score: float) -> None:
 @pytest.mark.slow
 def test_round_trip_in_batches_keeps_everyone(course, tmp_path, capsys):
     """Moodle：第一批两个人（一人人工评过分），第二批只有迟交的李娜（zip 里还有一个坏掉的文件）：grades.csv、
-    反馈、导出、反馈包都包括三个人；没交的 notebook 是“未交”，不是 0。"""
+    反馈、导出、反馈包都包括三个人；没交的 notebook 是“未交”，不是 0；交了但下载坏了的是“无法评分”。"""
     ws = lx.moodle_worksheet(tmp_path / "worksheet.csv")
     z1 = lx.moodle_zip(tmp_path / "batch1.zip", [lx.Upload(S0, f"{NB}.ipynb", answered_02("张伟的证明")),
                                                  lx.Upload(S1, f"{NB}.ipynb", answered_02("王芳的证明"))])
@@ -456,7 +456,8 @@ def test_round_trip_in_batches_keeps_everyone(course, tmp_path, capsys):
     assert main(["export", "exercises", "--lms", "csv", "-o", str(tmp_path / "all.csv")]) == 0
     table = lx.read_rows(tmp_path / "all.csv")
     by = {r[0]: dict(zip(table[0], r)) for r in table[1:]}
-    assert by[S0.sid][NB1] == "未交" and float(by[S0.sid][NB]) > 0 and by[S2.sid][NB1] == "未交"
+    assert by[S0.sid][NB1] == "未交" and float(by[S0.sid][NB]) > 0
+    assert by[S2.sid][NB1] == "无法评分" and "重新下载" in by[S2.sid]["status"]  # 交了、下载坏了：不是“未交”
 
 
 @pytest.mark.slow

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import os
 import sys
 import traceback
 from pathlib import Path
@@ -134,7 +135,20 @@ def make_secret(force: bool) -> int:
     return 0
 
 
+def share_with_the_group(root: Path = Path(".")) -> bool:
+    """课程目录是几位助教共用的（组可写，或者目录带 setgid）时，这个进程写出的文件也要组可写：umask 去掉组的
+    写权限位。JupyterHub 里助教的服务器本来就是 umask 002；ssh 登录的默认 umask 022 会让另一位助教改不了
+    grades.csv、.grading/ 和 submitted/。只对这个进程起作用；返回有没有改。"""
+    mode = root.stat().st_mode
+    if not (mode & 0o020 or mode & 0o2000):
+        return False
+    old = os.umask(0)
+    os.umask(old & ~0o060)
+    return bool(old & 0o060)
+
+
 def run(args, ap) -> int:
+    share_with_the_group()
     if args.cmd == "secret":
         check_course_root_only()
         return make_secret(args.force)

@@ -20,6 +20,7 @@ import datetime as dt
 import hashlib
 import io
 import json
+import os
 import re
 import shutil
 import sys
@@ -491,9 +492,31 @@ def _from_iso(s: str | None) -> dt.datetime | None:
     return dt.datetime.fromisoformat(s) if s else None
 
 
+def recover_import(ws: Path) -> None:
+    """上一次 grade 在换副本的那一刻被强制结束（kill -9、断电）时，把副本恢复成完整的一份。
+
+    save_import 换副本分三步，每一步都是一次 rename：新副本写进 imported.tmp（manifest.json 最后写、原子地写：
+    有它就说明新副本完整），旧副本改名 imported.old，新副本改名 imported，再删掉 imported.old。任何一步之间停下，
+    这里都能恢复：没有 imported 时，用完整的新副本，否则用旧副本；有 imported 时，剩下的 .tmp、.old 删掉。"""
+    final, tmp, old = ws / "imported", ws / "imported.tmp", ws / "imported.old"
+    if not final.exists():
+        try:  # 两个只读的命令（export、report）可能同时在恢复：另一个已经改好了名，这里就什么也不用做
+            if (tmp / "manifest.json").exists():
+                tmp.rename(final)
+            elif old.exists():
+                old.rename(final)
+        except FileNotFoundError:
+            pass
+    if final.exists():
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(old, ignore_errors=True)
+
+
 def save_import(ws: Path, imp: Imported) -> None:
-    """把这次导入的结果存进 ws/imported/：manifest.json 加上每份要评分的原始文件。"""
-    final, tmp = ws / "imported", ws / "imported.tmp"
+    """把这次导入的结果存进 ws/imported/：manifest.json 加上每份要评分的原始文件（任何时候被强制结束都不丢副本：
+    recover_import）。"""
+    final, tmp, old = ws / "imported", ws / "imported.tmp", ws / "imported.old"
+    recover_import(ws)
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     recs = []
@@ -507,12 +530,17 @@ def save_import(ws: Path, imp: Imported) -> None:
     meta = {"layout": imp.layout, "title": imp.title, "source": imp.source, "due": _iso(imp.due),
             "due_from_option": imp.due_from_option, "roster": imp.roster.to_json() if imp.roster else None,
             "batches": imp.batches, "items": recs}
-    (tmp / "manifest.json").write_text(json.dumps(meta, ensure_ascii=False, indent=1), encoding="utf-8")
-    shutil.rmtree(final, ignore_errors=True)
+    part = tmp / "manifest.json.part"
+    part.write_text(json.dumps(meta, ensure_ascii=False, indent=1), encoding="utf-8")
+    os.replace(part, tmp / "manifest.json")  # 有 manifest.json，新副本就是完整的
+    if final.exists():
+        final.rename(old)
     tmp.rename(final)
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def load_import(ws: Path) -> Imported:
+    recover_import(ws)
     d = ws / "imported"
     try:
         meta = json.loads((d / "manifest.json").read_text(encoding="utf-8"))
@@ -622,6 +650,7 @@ def gather(opts, notebooks: list[str], ws: Path, due_in_gradebook: dt.datetime |
             f"原来的下载 {imp.source} 不再读取）" + _roster_and_due(imp))
         return imp
     previous = None
+    recover_import(ws)
     had_import = (ws / "imported" / "manifest.json").exists()
     if not getattr(opts, "fresh", False):
         try:
@@ -667,7 +696,7 @@ def gather(opts, notebooks: list[str], ws: Path, due_in_gradebook: dt.datetime |
             "（这次的下载里没有它们）照旧保留"
             + (f"，{merged['replaced']} 份换成了这次下载里更新的版本" if merged["replaced"] else "")
             + (f"；{merged['kept_old']} 份这次下载里的是旧版本，保留已经评过的新版本（比的是"
-               "LMS 的提交时间，没有时比 zip 里的文件时间）" if merged["kept_old"] else "")
+               "LMS 的提交时间，没有时比文件的修改时间）" if merged["kept_old"] else "")
             + (f"；之前隔离的 {merged['resolved']} 个文件已由这次正确命名的提交取代，不再列出" if merged["resolved"] else "")
             + f"。现在一共 {len(graded)} 份 notebook、{len({it.student_id for it in graded})} 名学生。"
             "要从头开始（忘掉之前导入的下载）：加 --fresh。")

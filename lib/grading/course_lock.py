@@ -36,9 +36,12 @@ def _holder_info(command: str, shared: bool) -> dict:
             "mode": "读" if shared else "写", "since": dt.datetime.now().astimezone().isoformat(timespec="seconds")}
 
 
-def describe_holder(h: dict) -> str:
-    """一位持锁者，写成一句话：alice（pid 1234，主机 hub-1，从 2026-12-03 07:30:05+08:00 起，grade exercises）。"""
-    return f"{h.get('user', '?')}（pid {h.get('pid', '?')}，主机 {h.get('host', '?')}，从 {h.get('since', '?')} 起，{h.get('command', '?')}）"
+def describe_holder(h: dict, course_root: Path | str = ".") -> str:
+    """一位持锁者，写成一句话：alice（pid 1234，主机 hub-1，从 2026-12-03 07:30:05（Asia/Shanghai）起，grade exercises）。
+    时间用课程的时区（pyproject.toml 的 [tool.course] timezone）。"""
+    from .lms import course_time
+    since = course_time(h["since"], course_root) if h.get("since") else "?"
+    return f"{h.get('user', '?')}（pid {h.get('pid', '?')}，主机 {h.get('host', '?')}，从 {since} 起，{h.get('command', '?')}）"
 
 
 def _group_share(path: Path, mode: int) -> None:
@@ -79,7 +82,7 @@ class CourseLock:
 
     def _busy_message(self) -> str:
         others = [h for h in self.holders() if not (h.get("host") == socket.gethostname() and h.get("pid") == os.getpid())]
-        who = "；".join(describe_holder(h) for h in others) or "另一个评分命令（没有留下记录）"
+        who = "；".join(describe_holder(h, self.dir.parent) for h in others) or "另一个评分命令（没有留下记录）"
         return f"这个课程正在被使用：{who}。"
 
     def __enter__(self) -> "CourseLock":

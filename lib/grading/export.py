@@ -98,6 +98,20 @@ class Students:
                     found |= self.index.get(v.lower(), set())
         return found.pop() if len(found) == 1 else None
 
+    def quarantined(self) -> dict:
+        """交了、但进了隔离区的 notebook：{学生: {notebook（认不出时是文件名）: 原因}}。只算 .ipynb（nbgrader 的
+        钥匙文件之类不算），同一个 notebook 另有一份评过了的也不算。它们不是“没有提交”：导出里写“无法评分”。"""
+        if not self.imported:
+            return {}
+        graded = {(it.student_id, it.notebook) for it in self.kept}
+        out: dict = {}
+        for it in self.imported.items:
+            if it.reason and not it.skip and it.student_id and (it.notebook or it.src.lower().endswith(".ipynb")):
+                key = it.notebook or Path(it.src).name
+                if (it.student_id, it.notebook) not in graded:
+                    out.setdefault(it.student_id, {})[key] = it.reason
+        return out
+
     def handed_in(self, sid: str) -> set | None:
         """这个学生交了（评过）的 notebook；不知道时（没有导入记录）None。"""
         return {it.notebook for it in self.kept if it.student_id == sid} if self.kept else None
@@ -248,21 +262,26 @@ def fill_blackboard(table: Table, students: Students, column: str, max_total: fl
 
 def _status(students: Students, sid: str, notebooks: list = ()) -> str:
     res = students.results.get(sid)
+    broken = students.quarantined().get(sid, {})
     if res is None:
-        return "没有提交"
-    absent = students.not_handed_in(sid, list(notebooks))
+        return f"提交无法评分：{'；'.join(broken.values())}" if broken else "没有提交"
+    absent = [nb for nb in students.not_handed_in(sid, list(notebooks)) if nb not in broken]
     return "；".join(["待人工评分"] * students.pending(sid) + [f"迟交扣分 {fmt(res.penalty)}"] * bool(res.penalty)
+                    + [f"{nb} 无法评分：{why}" for nb, why in broken.items()]
                     + [f"未交 {len(absent)} 个 notebook"] * bool(absent)) or "完成"
 
 
 def plain_tables(lms: str, students: Students, notebooks: list, max_total: float, column: str,
                  roster_ids: list) -> tuple[Table, bool]:
     """没有模板时生成的表（带 BOM 的 UTF-8 CSV）；第二个值：写的时候要不要给每个字段加引号。"""
-    order = list(dict.fromkeys(roster_ids + sorted(students.results)))
+    broken = students.quarantined()
+    order = list(dict.fromkeys(roster_ids + sorted(students.results) + sorted(broken)))
     res = students.results
     if lms == "csv":
         header = ["student_id", "name", *notebooks, "total", "max_total", "late_penalty", "status"]
-        def cell(sid, nb):  # 没交的 notebook 写“未交”，不写 gradebook 里的 0
+        def cell(sid, nb):  # 没交的 notebook 写“未交”，不写 gradebook 里的 0；交了但进了隔离区的写“无法评分”
+            if nb in broken.get(sid, {}):
+                return "无法评分"
             if sid not in res or nb in students.not_handed_in(sid, notebooks):
                 return "未交"
             return fmt(res[sid].notebooks[nb]) if nb in res[sid].notebooks else ""
@@ -365,8 +384,14 @@ def export(course: Path, assignment: str, lms: str, template: Path | None = None
     write_table(out, table, quote_all=quote_all)
     pending = sorted(sid for sid in done if students.pending(sid))
     missing_in_file = sorted(set(results) - done)
-    no_grade = sorted(set(roster_ids) - set(results))
+    broken = students.quarantined()
+    no_grade = sorted(set(roster_ids) - set(results) - set(broken))
     say(f"已写入 {out}：{len(done)} 名学生的成绩（{lms}，作业满分 {fmt(max_total)}）")
+    if broken:
+        say(f"  注意：{len(broken)} 名学生交了、但有 notebook 无法评分（进了隔离区，原因在 grades.csv 的 detail 列）"
+            + ("；csv 里写“无法评分”" if template is None and lms == "csv" else "；它们没有写进分数")
+            + "。请联系学生拿到能打开的文件，放进下一次下载再 grade：" + "、".join(
+                f"{sid}（{'；'.join(f'{nb}：{why}' for nb, why in nbs.items())}）" for sid, nbs in sorted(broken.items())))
     for n in notes:
         say("  " + n)
     if missing_in_file:

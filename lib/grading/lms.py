@@ -89,6 +89,19 @@ def course_timezone(course_root: Path | str = ".") -> ZoneInfo:
                          "IANA 名字）") from None
 
 
+def course_time(stamp: str, course_root: Path | str = ".") -> str:
+    """一个带时区的 ISO 时间（锁、上次评分的记录），写成课程时区的“2026-12-03 16:00:53（Asia/Shanghai）”；
+    读不懂时原样返回。给助教看的时间都用课程时区（pyproject.toml 的 [tool.course] timezone），不用服务器的 UTC。"""
+    try:
+        t = dt.datetime.fromisoformat(str(stamp))
+        tz = course_timezone(course_root)
+    except Exception:  # noqa: BLE001 —— 只是显示：坏的记录不该让别的命令失败
+        return str(stamp)
+    if t.tzinfo is None:
+        return str(stamp)
+    return f"{t.astimezone(tz):%Y-%m-%d %H:%M:%S}（{tz.key}）"
+
+
 def use_timezone(tz: ZoneInfo) -> None:
     """这次运行用的课程时区（collect.gather 在导入之前设置）。"""
     _tz[0] = tz

@@ -11,6 +11,7 @@ import contextlib
 import copy
 import csv
 import getpass
+import datetime as dt
 import hashlib
 import importlib
 import json
@@ -30,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import collect as collect_mod
-from . import gradebook_io, hidden_inputs, repair, report, runner, sandbox
+from . import gradebook_io, hidden_inputs, lms, repair, report, runner, sandbox
 from . import probes as probes_mod
 
 HERE = Path(__file__).resolve().parent
@@ -155,6 +156,33 @@ def execute_submission(nb: dict, auto_gids: list, opts: Options, slot: int, scra
             "max_forks": opts.limits.max_forks}
 
 
+def _name_the_answer_cell_error(messages: dict, repaired: dict, ex: dict) -> None:
+    """“没有找到 f”的真正原因常常是答题单元格本身运行出错（SyntaxError、IndentationError……：定义没执行到）。
+    出错的答题单元格在测试单元格之前时，把它的错误写在说明的最前面，学生不用到下面的输出里去找。"""
+    failed = []  # (单元格序号, "IndentationError: ...")：运行出错的答题单元格
+    test_at = {}
+    for i, cell in enumerate(repaired["cells"]):
+        m = repair._meta(cell)
+        if m.get("grade_id"):
+            test_at[m["grade_id"]] = i
+        if cell.get("cell_type") == "code" and m.get("solution"):
+            err = next((o for o in ex.get("outputs", {}).get(str(i), []) if o.get("output_type") == "error"), None)
+            if err is not None:
+                first_line = (str(err.get("evalue", "")).splitlines() or [""])[0][:200]
+                failed.append((i, f"{err.get('ename', '错误')}: {first_line}".rstrip(": ")))
+    for gid, (got, points, msg) in list(messages.items()):
+        if "没有找到" not in msg or gid not in test_at:
+            continue
+        before = [f for f in failed if f[0] < test_at[gid]]
+        if before:
+            i, what = before[-1]
+            if what.startswith("NotImplementedError"):  # 单元格的顶层还是 raise NotImplementedError()：没作答
+                messages[gid] = (got, points, f"还没有作答：第 {i + 1} 个单元格（答题单元格）仍是 raise NotImplementedError()")
+                continue
+            messages[gid] = (got, points, f"先修好第 {i + 1} 个单元格（答题单元格）：它运行时出错了（{what}），出错之后的定义都没有"
+                                          f"执行到，所以检查时看到的是：{msg}")
+
+
 def judge(state: dict, repaired: dict, release: dict, checks: dict, notebook: str) -> dict:
     """在干净的评分进程里判分。学生代码从未在这个进程里运行过。"""
     seed = state["seed"]
@@ -192,6 +220,7 @@ def judge(state: dict, repaired: dict, release: dict, checks: dict, notebook: st
         frac = min(1.0, max(0.0, frac))
         scores[gid] = round(points * frac, 4)
         messages[gid] = (scores[gid], points, str(msg))
+    _name_the_answer_cell_error(messages, repaired, ex)
     # 可疑迹象
     if ex.get("changed"):
         tamper.append("替换了 " + "、".join(sorted(set(ex["changed"]))[:8]))
@@ -371,7 +400,7 @@ class GradingRun:
             "memory_mb": opts.limits.memory_mb, "max_procs": opts.limits.max_procs,
             "checks_module": opts.checks_module, "probes_file": str(opts.probes_file), "use_bwrap": opts.use_bwrap,
             "user": getpass.getuser(), "host": socket.gethostname(), "command": "feedback" if opts.reuse_import else "grade",
-            "at": time.strftime("%Y-%m-%d %H:%M:%S %z")}, ensure_ascii=False, indent=1), encoding="utf-8")
+            "at": dt.datetime.now().astimezone().isoformat(timespec="seconds")}, ensure_ascii=False, indent=1), encoding="utf-8")
         self._start_gradebook_setup(imported)
         quarantine = self.ws / "quarantine"
         for it in self.items:
@@ -394,9 +423,23 @@ class GradingRun:
         todo = [it for it in self.items if it.reason is None]
         reused = sum(self._stored_state(it) is not None for it in todo)
         if last.get("user") and reused:
-            self.say(f"{reused} 份提交已经评过（上一次是 {last['user']} 在 {last.get('host', '?')} 上于 {last.get('at', '?')} "
+            self.say(f"{reused} 份提交已经评过（上一次是 {last['user']} 在 {last.get('host', '?')} 上于 "
+                     f"{lms.course_time(last.get('at', '?'))} "
                      f"运行的 {last.get('command', 'grade')}）：沿用那次的执行结果，只重新判分、写入；"
                      f"{len(todo) - reused} 份要执行。")
+        stale = sum(self._stored_version(it) not in (None, self.version) for it in todo)
+        if stale:  # 同一份文件执行过，但评分器变了：说清楚为什么这次要重新执行
+            self.say(f"{stale} 份提交上次执行过，但这次要重新执行：评分程序、探针、限额或隐藏输入的种子（学期密钥，"
+                     "python -m lib.grading secret）和上次不同。分数只取决于答案，重新执行之后应当不变。")
+
+    def _stored_version(self, it) -> str | None:
+        """上次执行同一份文件（同样的内容）时评分器的版本；没有执行过时 None。"""
+        sp = self.ws / "state" / f"{_safe_name(it.student_id)}__{_safe_name(it.notebook)}.json"
+        try:
+            old = json.loads(sp.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError):
+            return None
+        return old.get("version") if old.get("sha") == it.sha else None
 
     def _start_gradebook_setup(self, imported) -> None:
         """新建 gradebook 里的作业结构要一两秒：放到后台线程里，和第一批提交的执行重叠（执行在子进程里，
