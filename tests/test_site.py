@@ -1,7 +1,8 @@
 """静态网站（make site，lib/tools/build_site.py）：像学生一样在真的浏览器里打开它。
 
 构建一次（要在 60 秒内），然后用无头 Chromium（Playwright）从 file:// 和一个本地的静态服务器各打开一遍，
-手机和笔记本两种宽度：首页、notebook 05（公式和图）、notebook 11（表）、一个练习页、搜索一个中文词。
+手机和笔记本两种宽度：首页、notebook 05（公式和图）、notebook 11（表）、一个练习页、搜索几个中文的词和词组；
+手机宽度下每一页都不横向溢出，目录按钮能打开目录；笔记本上侧栏能收起。下载链接给的是仓库里的原文件。
 每一次打开都记下浏览器发出的全部请求：不能有一个离开网站自己的文件夹（没有 CDN、字体、统计）。
 """
 from __future__ import annotations
@@ -42,9 +43,9 @@ def site(tmp_path_factory):
 
 def test_the_site_has_every_page_in_lecture_order_and_only_student_versions(site):
     notebooks = sorted(p.stem for p in (REPO / "notebooks").glob("*.ipynb"))
-    assert sorted(p.stem for p in (site / "notebooks").glob("*.html")) == notebooks
+    assert sorted(p.stem for p in (site / "notebooks").glob("*.html")) == [*notebooks, "index"]  # index：这一部分的目录页
     exercises = sorted(p.stem for p in (REPO / "release" / "exercises").glob("*.ipynb"))
-    assert sorted(p.stem for p in (site / "release" / "exercises").glob("*.html")) == exercises
+    assert sorted(p.stem for p in (site / "release" / "exercises").glob("*.html")) == [*exercises, "index"]
     assert not (site / "source").exists() and not (site / "solutions").exists()
     html = (site / "release" / "exercises" / "01_attention_by_hand.html").read_text(encoding="utf-8")
     assert "BEGIN SOLUTION" not in html and "run_check" not in html  # 学生版：没有答案、没有隐藏测试
@@ -55,8 +56,11 @@ def test_the_site_has_every_page_in_lecture_order_and_only_student_versions(site
         page = (site / "notebooks" / f"{nb}.html").read_text(encoding="utf-8")
         assert "运行这一页" in page and f"{nb}.ipynb" in page and "colab.research.google.com/github/" in page
         assert "colab.research.google.com/assets" not in page  # 徽章的图片是网站自己的
-    assert list((site / "_downloads").rglob("05_positional_encoding.ipynb"))
+    for rel in ("notebooks/05_positional_encoding.ipynb", "release/exercises/03_positions_and_rope.ipynb"):
+        got = list((site / "_downloads").rglob(Path(rel).name))  # 下载给的是仓库里的原文件，一个字节都不差
+        assert len(got) == 1 and got[0].read_bytes() == (REPO / rel).read_bytes(), rel
     assert not list(site.rglob("*.ipynb_checkpoints"))
+    assert "Author name not set" not in index and "作者" not in index
 
 
 class _Quiet(http.server.SimpleHTTPRequestHandler):
@@ -142,12 +146,54 @@ def test_pages_render_offline_at_phone_and_laptop_width(site, served, browser, s
     href = page.eval_on_selector("a.download", "a => a.getAttribute('href')")
     assert href and href.endswith("01_attention_by_hand.ipynb")
     page.close()
-    # 搜索一个中文词：结果里有讲它的那一页
-    for word, expected in (("残差", "notebooks/07_transformer_block.html"), ("位置编码", "notebooks/05_positional_encoding.html")):
+    # 搜索中文的词和词组：结果里有讲它的那一页，结果的说明是中文
+    for word, expected in (("残差", "notebooks/07_transformer_block.html"), ("位置编码", "notebooks/05_positional_encoding.html"),
+                           ("旋转位置编码", "notebooks/05_positional_encoding.html"),
+                           ("相对位置", "notebooks/05_positional_encoding.html")):
         page, req = _visit(browser, base, size, f"search.html?q={word}")
         seen += req
         page.wait_for_selector("#search-results ul.search li", timeout=30_000)
         hits = page.eval_on_selector_all("#search-results ul.search li a", "els => els.map(e => e.getAttribute('href'))")
         assert any(expected in h for h in hits), (word, hits[:10])
+        page.wait_for_function("() => document.querySelector('#search-results .search-summary')?.innerText.length > 0")
+        assert "搜索完成" in page.inner_text("#search-results .search-summary")
         page.close()
     assert not _outside(seen, base), f"有请求离开了网站的文件夹：{sorted(set(_outside(seen, base)))[:10]}"
+
+
+def test_no_page_is_wider_than_a_phone(site, served, browser):
+    """手机宽度（390 像素）下每一页都不横向溢出：长的代码名、公式、路径在自己的位置换行或横向滚动。"""
+    pages = ["index.html"] + [p.relative_to(site).as_posix() for folder in ("notebooks", "release/exercises")
+                              for p in sorted((site / folder).glob("*.html"))]
+    wide = {}
+    for path in pages:
+        page, _ = _visit(browser, served, "phone", path)
+        width = page.evaluate("() => document.documentElement.scrollWidth")
+        clipped = page.evaluate("""() => [...document.querySelectorAll('.admonition code')]
+            .filter(c => c.getBoundingClientRect().right > document.documentElement.clientWidth + 1).length""")
+        if width > SIZES["phone"][0] + 2 or clipped:
+            wide[path] = (width, clipped)
+        page.close()
+    assert len(pages) >= 21 and not wide, wide
+
+
+def test_the_navigation_buttons_work_on_a_phone_and_the_sidebar_collapses_on_a_laptop(site, served, browser):
+    """手机：标题栏左边的按钮打开目录（每一节都在里面），右边的打开本页目录；笔记本：“收起侧栏”让正文变宽（投影时用）。"""
+    page, _ = _visit(browser, served, "phone", "notebooks/05_positional_encoding.html")
+    page.click("button.primary-toggle")
+    page.wait_for_function("() => document.querySelector('#pst-primary-sidebar-modal')?.open")
+    links = page.eval_on_selector_all("#pst-primary-sidebar-modal a", "els => els.filter(e => e.offsetParent).map(e => e.href)")
+    assert sum("/notebooks/" in h for h in links) >= 13, links
+    page.keyboard.press("Escape")
+    page.click("button.secondary-toggle")
+    page.wait_for_function("() => document.querySelector('#pst-secondary-sidebar-modal')?.open")
+    assert "§5.4" in page.inner_text("#pst-secondary-sidebar-modal")
+    page.close()
+    page, _ = _visit(browser, served, "laptop", "notebooks/07_transformer_block.html")
+    before = page.evaluate("() => document.querySelector('.bd-article-container').getBoundingClientRect().width")
+    assert "收起侧栏" in page.inner_text("#pst-collapse-sidebar-button")
+    page.click("#pst-collapse-sidebar-button")
+    page.wait_for_timeout(500)
+    after = page.evaluate("() => document.querySelector('.bd-article-container').getBoundingClientRect().width")
+    assert after > before + 100, (before, after)
+    page.close()

@@ -8,9 +8,9 @@
     python -m lib.tools.build_site            # 输出到 _site/（git 忽略）；打开 _site/index.html 即可
     python -m lib.tools.build_site -o DIR     # 输出到别处
 
-页面：notebooks/*.ipynb（按讲义的顺序）和练习的学生版 release/exercises/*.ipynb（不含 source/、solutions/）。
-每页标题下加一段“运行这一页”：下载 .ipynb、在 Colab 里打开、在自己的电脑或 JupyterHub 上打开。Colab 徽章的图片换成
-网站自己的一份（原来的图片在 colab.research.google.com 上）。
+页面：notebooks/*.ipynb（按讲义的顺序）和练习的学生版 release/exercises/*.ipynb（不含 source/、solutions/），
+各有一个目录页。每页标题下紧跟一段“运行这一页”：下载仓库里的原文件、在 Colab 里打开、在自己的电脑或 JupyterHub 上打开。
+Colab 徽章的图片换成网站自己的一份（原来的图片在 colab.research.google.com 上）。
 """
 from __future__ import annotations
 
@@ -30,7 +30,28 @@ BADGE = ('<svg xmlns="http://www.w3.org/2000/svg" width="117" height="20" role="
          '<rect width="117" height="20" rx="3" fill="#444"/><rect x="0" width="20" height="20" rx="3" fill="#f9ab00"/>'
          '<text x="68" y="14" fill="#fff" font-family="sans-serif" font-size="11" text-anchor="middle">Open in Colab</text>'
          '</svg>\n')
-MATHJAX_FILES = ("tex-chtml.js", "output/chtml/fonts", "ui", "a11y", "input/tex/extensions")
+MATHJAX_FILES = ("tex-chtml.js", "output/chtml/fonts", "ui", "a11y", "input/tex/extensions", "input/mml.js",
+                 "input/mml")  # input/mml：右键菜单里的“无障碍”模式要用
+ORIGINALS = "originals"  # 下载用的原文件（网站那一份多了标题下的说明）
+# 手机上：长的代码名和公式不撑开整页（在自己的位置换行或横向滚动）；宽表的第一列（行名）不挤成两三个字一行，
+# 横向滚动时留在左边
+CSS = """
+.bd-article code, .bd-article .admonition { overflow-wrap: anywhere; }
+.bd-article .admonition code.literal, .bd-article .admonition code.literal span.pre { white-space: normal; word-break: break-all; }
+mjx-container[display="true"], .bd-article mjx-container { max-width: 100%; overflow-x: auto; overflow-y: hidden; }
+.bd-article table td:first-child, .bd-article table th:first-child { white-space: nowrap; position: sticky; left: 0;
+  background: var(--pst-color-background); z-index: 1; }
+"""
+# Sphinx 8.2 的搜索结果那一行用了复数形式，zh_CN 的翻译里没有这一条（它只有旧的 "page(s)" 写法）
+SEARCH_JS = """
+document.addEventListener("DOMContentLoaded", () => {
+  if (typeof Documentation === "undefined") return;
+  Documentation.TRANSLATIONS["Search finished, found one page matching the search query."] =
+    ["搜索完成，找到 ${resultCount} 页。", "搜索完成，找到 ${resultCount} 页。"];
+});
+"""
+FAVICON = ('<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 16 16"><rect width="16" height="16" rx="3" fill="#3b5b92"/>'
+           '<text x="8" y="12" font-size="10" text-anchor="middle" fill="#fff" font-family="sans-serif">7</text></svg>\n')
 
 
 def _course() -> dict:
@@ -39,28 +60,35 @@ def _course() -> dict:
 
 
 def run_box(rel: Path, title: str) -> str:
-    """标题下面的一段：怎样运行这一页（下载、Colab、本地、JupyterHub）。rel：相对于仓库根目录的路径。"""
+    """标题下面的一段：怎样运行这一页（下载、Colab、本地、JupyterHub）。rel：相对于仓库根目录的路径。
+    下载的是仓库里的原文件（originals/ 下的一份，不是网站改过的这一份）。"""
     course = _course()
     repo, ref = course["repository"].rstrip("/"), course["ref"]
     colab = f"https://colab.research.google.com/github/{repo.split('github.com/')[1]}/blob/{ref}/{rel.as_posix()}"
+    original = "../" * (len(rel.parts) - 1) + f"{ORIGINALS}/{rel.as_posix()}"
     return (f":::{{admonition}} 运行这一页\n:class: tip\n"
-            f"- {{download}}`下载 {rel.name} <{rel.name}>`：在自己的电脑上，课程仓库里运行 `make lab` 打开 JupyterLab，"
-            f"再打开 `{rel.as_posix()}`（仓库：{repo}）。\n"
+            f"- {{download}}`下载 {rel.name} <{original}>`（直接打开网页文件时，浏览器可能把它显示成文字：右键 → 链接另存为）。"
+            f"在自己的电脑上：课程仓库（{repo}）里运行 `make lab` 打开 JupyterLab，再打开 `{rel.as_posix()}`。\n"
             f"- 学校的 JupyterHub：在 Assignment List 里取课程，或者把下载的文件上传到你的服务器。\n"
-            f"- [在 Google Colab 里打开]({colab})（需要能访问 Google；第一个代码单元格会取回同一版本的课程代码）。\n"
-            f"- 这里显示的是课程仓库里存下的输出，网页上不能运行代码。\n:::\n")
+            f"- [在 Google Colab 里打开]({colab})（需要能访问 Google；打开后先 **文件 → 在云端硬盘中保存一份副本**，"
+            f"否则关掉页面改动就没了；第一个代码单元格会取回同一版本的课程代码）。\n"
+            f"- 这里显示的是课程仓库里存下的输出，网页上不能运行代码，也不能交作业。\n:::\n")
 
 
-def _prepare_notebook(src: Path, dst: Path, rel: Path, title_suffix: str = "") -> str:
+def _prepare_notebook(src: Path, build: Path, rel: Path, title_suffix: str = "") -> str:
+    """把一个 notebook 复制成网站的一页：标题（加 title_suffix）单独一格，下面紧跟“运行这一页”，Colab 徽章的图片换成
+    网站自己的一份。原文件另存一份在 originals/，下载链接给的是它。返回标题。"""
+    original, dst = build / ORIGINALS / rel, build / rel
+    original.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(src, original)
     nb = json.loads(src.read_text(encoding="utf-8"))
     first = nb["cells"][0]
     text = "".join(first["source"]).replace(BADGE_URL, "../" * (len(rel.parts) - 1) + "_static/colab-badge.svg")
-    lines = text.split("\n")
-    title = lines[0].lstrip("# ").strip() + title_suffix
-    lines[0] = f"# {title}"
-    first["source"] = "\n".join(lines)
-    box = {"cell_type": "markdown", "metadata": {}, "source": run_box(rel, title)}
-    nb["cells"].insert(1, box)
+    head, _, rest = text.partition("\n")
+    title = head.lstrip("# ").strip() + title_suffix
+    first["source"] = rest.lstrip("\n")
+    nb["cells"][0:0] = [{"cell_type": "markdown", "metadata": {}, "source": f"# {title}"},
+                        {"cell_type": "markdown", "metadata": {}, "source": run_box(rel, title)}]
     dst.parent.mkdir(parents=True, exist_ok=True)
     dst.write_text(json.dumps(nb, ensure_ascii=False), encoding="utf-8")
     return title
@@ -68,26 +96,38 @@ def _prepare_notebook(src: Path, dst: Path, rel: Path, title_suffix: str = "") -
 
 CONF = '''
 project = "第 7 讲：自注意力与 Transformer"
+author = copyright = "第 7 讲课程组"
 language = "zh_CN"
 extensions = ["myst_nb"]
 nb_execution_mode = "off"          # 只用存下的输出
 nb_output_stderr = "remove"
 myst_enable_extensions = ["dollarmath", "amsmath", "colon_fence"]
-html_theme = "sphinx_book_theme"
+# PyData 主题本身：sphinx-book-theme 1.4 和它固定的 pydata-sphinx-theme 0.20 放在一起时，手机上的目录按钮没有反应
+# （pydata-sphinx-theme#2451、sphinx-book-theme#988）；单用 PyData 主题时按钮正常，桌面上也能收起侧栏（投影时有用）
+html_theme = "pydata_sphinx_theme"
 html_title = project
+html_favicon = "_static/favicon.svg"
 html_search_language = "zh"        # 中文分词（有 jieba 时用它）
 html_static_path = ["_static"]
+templates_path = ["_templates"]
+html_css_files = ["course.css"]
+html_js_files = ["search-zh.js"]
 html_search_options = {"dict": "search_terms.txt"}  # 课程的术语：搜“位置编码”能找到“位置编码”这个词
 html_copy_source = False           # 每页开头的“下载”链接给的是 notebook 本身
-html_theme_options = {"use_download_button": False, "use_fullscreen_button": False, "use_repository_button": False,
-                      "home_page_in_toc": True, "show_toc_level": 2}
+html_show_sphinx = False
+html_context = {"default_mode": "light"}
+html_theme_options = {"show_toc_level": 2, "navigation_with_keys": False, "footer_start": ["copyright"],
+                      "footer_center": [], "footer_end": [], "secondary_sidebar_items": ["page-toc"],
+                      "navbar_end": ["theme-switcher"], "search_bar_text": "搜索本课程……",
+                      "header_links_before_dropdown": 4}
 mathjax_path = "mathjax/tex-chtml.js"   # 网站自己的 MathJax（见 lib/tools/build_site.py），不用 CDN
-exclude_patterns = ["_build"]
+exclude_patterns = ["_build", "originals"]
 suppress_warnings = ["mystnb.unknown_mime_type", "myst.header", "misc.highlighting_failure"]
 '''
 
 
-EXTRA_TERMS = ("正弦编码", "注意力", "多头", "残差", "掩码", "预热", "词嵌入", "主动词", "修饰语", "迷你 GPT")
+EXTRA_TERMS = ("正弦编码", "注意力", "多头", "残差", "掩码", "预热", "词嵌入", "主动词", "修饰语", "迷你 GPT", "相对位置",
+               "绝对位置", "练习", "参数量", "计算量", "反向传播", "梯度")
 
 
 def search_terms() -> list[str]:
@@ -104,31 +144,49 @@ def search_terms() -> list[str]:
     return list(dict.fromkeys([*terms, *EXTRA_TERMS]))
 
 
+def _chinese_sidebar_button(templates: Path) -> None:
+    """桌面上收起侧栏的按钮（投影时用）：主题的中文翻译里没有它的两句话，在模板里换成中文。"""
+    import pydata_sphinx_theme
+    src = Path(pydata_sphinx_theme.__file__).parent / "theme" / "pydata_sphinx_theme" / "components" / "sidebar-collapse.html"
+    text = src.read_text(encoding="utf-8")
+    for english, chinese in (('_("Collapse Sidebar")', '"收起侧栏"'), ('_("Expand Sidebar")', '"展开侧栏"')):
+        assert english in text, f"pydata-sphinx-theme 的 sidebar-collapse.html 变了：找不到 {english}"
+        text = text.replace(english, chinese)
+    templates.mkdir(parents=True, exist_ok=True)
+    (templates / "sidebar-collapse.html").write_text(text, encoding="utf-8")
+
+
 def prepare(build: Path = BUILD) -> list[str]:
-    """在 build/ 里准备好 Sphinx 的源：conf.py、首页、复制过来的 notebook。返回每页的标题（按顺序）。"""
+    """在 build/ 里准备好 Sphinx 的源：conf.py、首页、两个目录页（讲义各节、练习）、复制过来的 notebook。
+    返回每页的标题（按顺序）。"""
     shutil.rmtree(build, ignore_errors=True)
-    (build / "_static").mkdir(parents=True)
-    (build / "_static" / "colab-badge.svg").write_text(BADGE, encoding="utf-8")
+    static = build / "_static"
+    static.mkdir(parents=True)
+    for name, text in (("colab-badge.svg", BADGE), ("course.css", CSS), ("search-zh.js", SEARCH_JS), ("favicon.svg", FAVICON)):
+        (static / name).write_text(text, encoding="utf-8")
+    _chinese_sidebar_button(build / "_templates")
     (build / "conf.py").write_text(CONF.replace('"search_terms.txt"', repr(str(build / "search_terms.txt"))),
                                    encoding="utf-8")
     (build / "search_terms.txt").write_text("".join(f"{t.replace(' ', '')} 100000\n" for t in search_terms()),
                                             encoding="utf-8")
-    pages, titles = [], []
-    for src in sorted((ROOT / "notebooks").glob("*.ipynb")):
-        rel = src.relative_to(ROOT)
-        titles.append(_prepare_notebook(src, build / rel, rel))
-        pages.append(rel.with_suffix("").as_posix())
-    exercises = []
-    for src in sorted((ROOT / "release" / "exercises").glob("*.ipynb")):
-        rel = src.relative_to(ROOT)
-        titles.append(_prepare_notebook(src, build / rel, rel, "（讲义 §15）"))
-        exercises.append(rel.with_suffix("").as_posix())
+    titles = []
+    sections = {"notebooks": ("讲义各节", "讲义第 1–12 节各一页（第 0 页是课程地图和术语表）。每页的演示都在页面上算出来，"
+                                         "训练的结论写成在 10 个种子上检查过的表。"),
+                "release/exercises": ("练习（学生版）", "讲义 §15 的练习 1–11，学生版，不含答案。在 JupyterLab、"
+                                                  "JupyterHub 或 Colab 里作答，每道题下面的测试单元格检查格式，评分时还有隐藏的检查。")}
+    for folder, (heading, intro) in sections.items():
+        names = []
+        for src in sorted((ROOT / folder).glob("*.ipynb")):
+            rel = src.relative_to(ROOT)
+            titles.append(_prepare_notebook(src, build, rel, "（讲义 §15）" if folder.startswith("release") else ""))
+            names.append(src.stem)
+        (build / folder / "index.md").write_text("\n".join(
+            [f"# {heading}", "", intro, "", "```{toctree}", ":maxdepth: 1", "", *names, "```", ""]), encoding="utf-8")
     index = ["# 第 7 讲：自注意力与 Transformer", "",
              "CS224N 风格第 7 讲《自注意力与 Transformer》的配套课程：讲义第 1–12 节各一页，每页的演示都在页面上算出来，"
-             "结论写成检查过的表；练习在最后（学生版，不含答案）。这里显示的是课程仓库里存下的输出：要自己运行，"
-             "每页开头写了怎样下载、在 Colab 或自己的电脑上打开。", "",
-             "```{toctree}", ":caption: 讲义各节", ":maxdepth: 1", "", *pages, "```", "",
-             "```{toctree}", ":caption: 练习（学生版）", ":maxdepth: 1", "", *exercises, "```", ""]
+             "结论写成检查过的表；练习在后面（学生版，不含答案）。这里显示的是课程仓库里存下的输出：要自己运行，"
+             "每页标题下面写了怎样下载、在 Colab 或自己的电脑上打开。", "",
+             "```{toctree}", ":maxdepth: 2", "", *[f"{folder}/index" for folder in sections], "```", ""]
     (build / "index.md").write_text("\n".join(index), encoding="utf-8")
     return titles
 
