@@ -33,8 +33,9 @@ $(STAMP_STUDENT): requirements.txt
 	$(PY) -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (lecture07)" >/dev/null
 	touch $(STAMP_STUDENT)
 
-$(STAMP): $(STAMP_STUDENT) requirements-dev.txt requirements-site.txt deploy/jupyterhub/requirements.txt
+$(STAMP): $(STAMP_STUDENT) requirements-dev.txt requirements-site.txt deploy/jupyterhub/requirements.txt deploy/jupyterhub/requirements-no-deps.txt
 	$(PY) -m pip install -q --no-compile -r requirements-dev.txt
+	$(PY) -m pip install -q --no-compile --no-deps -r deploy/jupyterhub/requirements-no-deps.txt
 	$(PY) -m lib.tools.warm_bytecode
 	touch $(STAMP)
 
@@ -55,9 +56,15 @@ system-deps:
 # JupyterHub 的代理 configurable-http-proxy（npm 包，装在 .venv/chp/）；没有 npm 时以 root 用 apt 装 nodejs，
 # 装完仍没有 npm 才装 npm（NodeSource 的 nodejs 自带 npm，和 Debian 的 npm 包冲突）。
 # jupyterhub 本身是 pip 包（deploy/jupyterhub/requirements.txt，由 requirements-dev.txt 引入）。
+# 交换服务 ngshare 有自己的 venv（.venv/ngshare/，deploy/jupyterhub/requirements-ngshare.txt 里写了为什么）。
 CHP_VERSION := 4.6.3
 CHP := $(VENV)/chp/node_modules/.bin/configurable-http-proxy
-hub-deps: setup
+NGSHARE_VENV := $(VENV)/ngshare
+$(NGSHARE_VENV)/.installed: deploy/jupyterhub/requirements-ngshare.txt | $(STAMP_STUDENT)
+	test -x $(NGSHARE_VENV)/bin/python || $(PY) -m venv $(NGSHARE_VENV)
+	$(NGSHARE_VENV)/bin/python -m pip install -q --no-compile -r deploy/jupyterhub/requirements-ngshare.txt
+	touch $@
+hub-deps: setup $(NGSHARE_VENV)/.installed
 	@if [ -x $(CHP) ]; then :; \
 	else \
 		if ! command -v npm >/dev/null && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \

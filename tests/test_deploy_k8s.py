@@ -1,4 +1,5 @@
-"""Zero to JupyterHub 的配置（deploy/zero-to-jupyterhub/）：YAML 语法、用到的键在 chart 期望的位置、spawn 钩子能编译。
+"""Zero to JupyterHub 的配置（deploy/zero-to-jupyterhub/）：YAML 语法、用到的键在 chart 期望的位置、spawn 钩子能编译，
+交换服务 ngshare 的几处配置（values.yaml 的 hub.services / loadRoles、ngshare.yaml）彼此对得上。
 
 不在 Kubernetes 上运行：只防止 values.yaml 里出现 chart 不认识的键（例如 hub.loadGroups，chart 会静默忽略它，
 学生就没有组、谁都不是助教）。键名来自 chart 的 values.schema.json（hub、singleuser、cull、prePuller、scheduling 的文档）。
@@ -81,15 +82,65 @@ def test_spawn_hook_compiles_and_handles_both_volume_shapes():
         assert spawner.environment["JUPYTER_CONFIG_PATH"].endswith("/grader")
 
 
+def _ngshare_docs() -> dict[str, dict]:
+    return {d["kind"]: d for d in yaml.safe_load_all((K8S / "ngshare.yaml").read_text(encoding="utf-8")) if d}
+
+
 def test_volumes_the_values_use_are_defined():
     claims = {d["metadata"]["name"]: d for d in
               yaml.safe_load_all((K8S / "volumes.yaml").read_text(encoding="utf-8")) if d}
     values_text = (K8S / "values.yaml").read_text(encoding="utf-8")
     used = set(re.findall(r"claimName['\"]?:\s*['\"]?([\w-]+)", values_text))
-    assert used == {"lecture07-exchange", "lecture07-course"}
+    # 只有助教的课程目录；没有所有 pod 共挂的交换目录卷（交换走 ngshare）
+    assert used == {"lecture07-course"}
     assert used <= set(claims)
     assert all(d["kind"] == "PersistentVolumeClaim" and d["spec"]["accessModes"] == ["ReadWriteMany"]
                for d in claims.values())
+    storage = _values()["singleuser"]["storage"]
+    assert "extraVolumes" not in storage and "extraVolumeMounts" not in storage, storage
+    code = _values()["hub"]["extraConfig"]["lecture07-roles"]
+    assert "LECTURE07_EXCHANGE" not in code and "/srv/nbgrader/exchange" not in code, "spawn 钩子里不该再有交换目录"
+
+
+def test_exchange_is_the_ngshare_service():
+    """values.yaml 和 ngshare.yaml 指向同一个 ngshare：服务的地址和端口、两个 token 在 hub Secret 里的键、
+    ngshare 唯一的管理员就是名单同步服务、名单服务读的正是 load_groups 的两个组；ngshare 的卷只挂在它自己的 pod 上。"""
+    values, docs = _values(), _ngshare_docs()
+    hub = values["hub"]
+    assert set(hub["services"]) == {"ngshare", "ngshare-roster"}
+    service, deployment = docs["Service"], docs["Deployment"]
+    port = service["spec"]["ports"][0]["port"]
+    assert hub["services"]["ngshare"]["url"] == f"http://{service['metadata']['name']}:{port}"
+    pod = deployment["spec"]["template"]["spec"]
+    containers = {c["name"]: c for c in pod["containers"]}
+    keys = {e["valueFrom"]["secretKeyRef"]["key"] for c in containers.values() for e in c["env"] if "valueFrom" in e}
+    assert keys == {f"hub.services.{name}.apiToken" for name in hub["services"]}
+    assert {e["valueFrom"]["secretKeyRef"]["name"] for c in containers.values() for e in c["env"]
+            if "valueFrom" in e} == {"hub"}  # chart 的 Secret（fullnameOverride: ""）
+    cmd = containers["ngshare"]["command"]
+    assert cmd[cmd.index("--admins") + 1] == "ngshare-roster"
+    env = {e["name"]: e.get("value") for e in containers["ngshare"]["env"]}
+    assert env["JUPYTERHUB_SERVICE_PREFIX"] == "/services/ngshare/"
+    assert env["JUPYTERHUB_SERVICE_URL"].rstrip("/").endswith(f":{port}")
+    groups = set(hub["config"]["JupyterHub"]["load_groups"])
+    role = hub["loadRoles"]["ngshare-roster"]
+    assert role["services"] == ["ngshare-roster"]
+    assert {s.split("!group=")[1] for s in role["scopes"]} == groups
+    assert all(s.startswith("read:groups!group=") for s in role["scopes"])
+    roster = {e["name"]: e.get("value") for e in containers["roster"]["env"]}
+    assert {roster["LECTURE07_STUDENTS_GROUP"], roster["LECTURE07_GRADERS_GROUP"]} == groups
+    # ngshare 的 PVC 只在它自己的 pod 上（values.yaml 挂的卷见 test_volumes_the_values_use_are_defined），RWO
+    claim = docs["PersistentVolumeClaim"]
+    assert [v["persistentVolumeClaim"]["claimName"] for v in pod["volumes"]] == [claim["metadata"]["name"]]
+    assert claim["spec"]["accessModes"] == ["ReadWriteOnce"]
+    # 只有代理能连 ngshare；ngshare 的 pod 不能连学生的 pod（不带 network-access-singleuser 标签）
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert "hub.jupyter.org/network-access-singleuser" not in labels
+    ingress = docs["NetworkPolicy"]["spec"]["ingress"]
+    assert [f["podSelector"]["matchLabels"]["component"] for rule in ingress for f in rule["from"]] == ["proxy"]
+    # 学生和助教的服务器经过代理连 ngshare
+    code = hub["extraConfig"]["lecture07-roles"]
+    assert '"LECTURE07_NGSHARE_URL": "http://proxy-public/services/ngshare"' in code
 
 
 def test_chart_version_matches_image_jupyterhub():

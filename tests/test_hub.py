@@ -1,27 +1,38 @@
 """整门课在一个真的 JupyterHub 上走一遍：真的 hub、真的代理（npm 的 configurable-http-proxy）、真的系统用户、真的浏览器。
 
 配置就是 deploy/jupyterhub/jupyterhub_config.py（dummy 认证），环境由 deploy/jupyterhub/local_hub.py 的
-prepare() 搭（和 make hub 一样）：一位教师、三名学生，都是 useradd 建的系统用户。
+prepare() 搭（和 make hub 一样）：一位教师、三名学生，都是 useradd 建的系统用户。作业的发布、取、交、收集、反馈全部经过
+交换服务 ngshare（hub 服务，以它自己的系统用户运行，数据在它自己的 700 目录里）；课程名单由 ngshare-roster 服务从
+hub 的组同步过去。
 
-1. 教师 `nbgrader release_assignment exercises`；
+1. 教师 `nbgrader release_assignment exercises`（用 hub 签发的 token，和在 hub 的终端里一样）；
 2. 每名学生在浏览器里登录，在 Assignment List 里 Fetch，打开练习 01，在答题单元格里输入答案
    （两人输入参考答案，一人输入全零的错答案），保存，点 Validate，再 Submit；学生打不开 formgrader，教师能；
 3. 教师 `nbgrader collect exercises`、`python -m lib.grading grade exercises --submissions submitted/`、
    `nbgrader release_feedback exercises`；
 4. 每名学生在 Assignment List 里 Fetch Feedback，打开反馈，看到 grades.csv 里自己的分数。
 
-第二个测试是交换目录的小型压力测试：20 名学生（20 个系统用户）先取作业，在练习 01 里写下只属于自己的标记，
-停在一个屏障前；屏障一开，每人同时提交两次（像连点两下 Submit），第二次的标记不同。教师 `nbgrader collect` 之后：
-一个不少（20 人都收到）、一个不多（交换目录里每人正好两次提交，收集到每人一份）、没有串（每人收到的是自己
-最后一次提交的内容）。权限和 hub 上一样：每名学生以自己的 uid 写入 nbgrader 自己建的 inbound（2733）。
+第二个测试是隔离：学生 A 用自己的 token 对学生 B 的文件试遍交换的每一种调用（列出、下载 B 的提交，冒充 B 提交，
+读、改 B 的反馈），再直接用 HTTP 调 ngshare 的接口（直连和经过代理），每一次都要被服务拒绝（冒充 B 的那次提交
+只能记在 A 自己名下）；A 也读不到 ngshare 的数据目录；B 的提交和反馈一个字节都不变。测试数出试了几次、拒绝了几次。
 
-要 root（建用户、替用户启动服务器）、jupyterhub（deploy/jupyterhub/requirements.txt）、configurable-http-proxy
-（make hub-deps）、playwright 和系统的 Chromium。make test 会把它们都装好；缺了就带着原因跳过。
+第三个测试是交换服务的小型压力测试：20 名学生（20 个系统用户、20 个 hub 用户）先取作业，在练习 01 里写下只属于自己的
+标记，停在一个屏障前；屏障一开，每人同时提交两次（像连点两下 Submit），第二次的标记不同。教师 `nbgrader collect`
+之后：一个不少（20 人都收到）、一个不多（ngshare 里每人正好两次提交，收集到每人一份）、没有串（每人收到的是自己
+最后一次提交的内容）。每名学生以自己的 uid、用自己的 hub token 提交。最后照 README 在 hub 运行中备份 ngshare，
+检查备份完整。
+
+要 root（建用户、替用户启动服务器）、jupyterhub（deploy/jupyterhub/requirements.txt）、ngshare-exchange
+（deploy/jupyterhub/requirements-no-deps.txt）、ngshare 的 venv 和 configurable-http-proxy（make hub-deps）、
+playwright 和系统的 Chromium。make test 会把它们都装好；缺了就带着原因跳过。
 """
 from __future__ import annotations
 
+import base64
+import contextlib
 import csv
 import grp
+import importlib.util
 import json
 import multiprocessing as mp
 import os
@@ -33,6 +44,8 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -49,13 +62,16 @@ INSTRUCTOR = f"{PREFIX}i1"
 STUDENTS = [f"{PREFIX}s1", f"{PREFIX}s2", f"{PREFIX}s3"]
 WRONG = f"{PREFIX}s2"  # 这名学生输入错答案
 GROUP = f"{PREFIX}-graders"
+NGSHARE_USER = f"{PREFIX}ng"  # 交换服务 ngshare 的系统用户
 PASSWORD = "hub-test-password"
 NOTEBOOK = "01_attention_by_hand"
 ANSWER_ID = "ex1_hand_answer"
 TIMEOUT_MS = 240_000
 # 和 README“在 JupyterHub 上开课”里教师的那一行相同
-COPY_FEEDBACK_KEYS = ('for d in submitted/*/exercises; do cp "$d/timestamp.txt" "$d/submission_secret.txt" '
-                      '"feedback/${d#submitted/}/"; done')
+COPY_FEEDBACK_KEYS = 'for d in submitted/*/exercises; do cp "$d/timestamp.txt" "feedback/${d#submitted/}/"; done'
+# README 里备份交换服务的那一行（$D：ngshare 的数据目录，$B：备份目录）：先用 SQLite 的在线备份拷数据库，再打包文件
+BACKUP_NGSHARE = ("python3 -c 'import sqlite3, sys; d = sqlite3.connect(sys.argv[2]); sqlite3.connect(sys.argv[1]).backup(d); "
+                  "d.close()' \"$D/ngshare.db\" \"$B/ngshare.db\" && tar -C \"$D\" -czf \"$B/ngshare-files.tar.gz\" files")
 
 sys.path.insert(0, str(DEPLOY))
 import local_hub  # noqa: E402
@@ -106,17 +122,52 @@ def _user_procs(name: str) -> list[int]:
     return pids
 
 
+def _ngshare_url(env: dict) -> str:
+    """学生和助教的服务器连 ngshare 用的地址（和 jupyterhub_config.py 的 NGSHARE_URL 一样算）。"""
+    return f"http://127.0.0.1:{env.get('LECTURE07_HUB_NGSHARE_PORT', '10101')}/services/ngshare"
+
+
+def _token(hub_url: str, name: str, password: str) -> str:
+    """像用户在 hub 的 Token 页面上那样，用用户名和密码向 hub 要一个 API token（dummy 认证）。"""
+    req = urllib.request.Request(f"{hub_url}/hub/api/users/{name}/tokens", method="POST",
+                                 data=json.dumps({"auth": {"username": name, "password": password},
+                                                  "note": "tests/test_hub.py", "expires_in": 3600}).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=60) as r:
+        return json.loads(r.read())["token"]
+
+
+def _ngshare(base: str, token: str | None, method: str, path: str, data: dict | None = None) -> tuple[int, str]:
+    """直接调用 ngshare 的 REST 接口；返回 (HTTP 状态, 响应正文)。"""
+    req = urllib.request.Request(f"{base}/{path}", method=method,
+                                 data=urllib.parse.urlencode(data).encode() if data is not None else None,
+                                 headers={"Authorization": f"token {token}"} if token else {})
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return r.status, r.read().decode(errors="replace")
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode(errors="replace")
+
+
+def _ngshare_ok(base: str, token: str, method: str, path: str, data: dict | None = None) -> dict:
+    status, body = _ngshare(base, token, method, path, data)
+    assert status == 200, f"ngshare {method} /{path}：HTTP {status} {body[:500]}"
+    return json.loads(body)
+
+
 def _as_instructor(env: dict, *args: str, user: str = INSTRUCTOR, group: str = GROUP,
-                   timeout: int = 600, umask: int = -1) -> subprocess.CompletedProcess:
-    """以教师的系统用户在课程目录里运行命令（就像教师在 hub 的终端里运行）。"""
+                   timeout: int = 600, umask: int = -1, token: str | None = None) -> subprocess.CompletedProcess:
+    """以教师的系统用户在课程目录里运行命令（就像教师在 hub 的终端里运行：token 就是终端里的 JUPYTERHUB_API_TOKEN）。"""
     entry = pwd.getpwnam(user)
     venv_bin = str(Path(sys.prefix) / "bin")
     run_env = {"HOME": entry.pw_dir, "USER": user, "PATH": f"{venv_bin}:/usr/local/bin:/usr/bin:/bin",
                "LANG": "C.UTF-8", "OMP_NUM_THREADS": "1",
                "JUPYTER_CONFIG_PATH": str(DEPLOY / "jupyter-config" / "grader"),
-               "LECTURE07_EXCHANGE": env["LECTURE07_HUB_EXCHANGE"],
+               "LECTURE07_NGSHARE_URL": _ngshare_url(env),
                "LECTURE07_COURSE_ID": env["LECTURE07_HUB_COURSE_ID"],
                "LECTURE07_COURSE_ROOT": env["LECTURE07_HUB_COURSE_ROOT"]}
+    if token:
+        run_env.update({"JUPYTERHUB_USER": user, "JUPYTERHUB_API_TOKEN": token})
     return subprocess.run(list(args), cwd=env["LECTURE07_HUB_COURSE_ROOT"], env=run_env, user=entry.pw_uid,
                           group=entry.pw_gid, extra_groups=[grp.getgrnam(group).gr_gid], capture_output=True,
                           text=True, timeout=timeout, umask=umask)
@@ -126,14 +177,15 @@ def _as_instructor(env: dict, *args: str, user: str = INSTRUCTOR, group: str = G
 def system_users():
     """root、useradd；让测试建的用户走得到 venv 的 Python（结束时改回原来的权限）。
 
-    这个模块的两个测试共用它：它们在同一个 pytest 进程里（--dist loadscope），不会一个改回权限时另一个还在用。
+    这个模块的测试共用它：它们在同一个 pytest 进程里（--dist loadscope），不会一个改回权限时另一个还在用。
     """
     if not hasattr(os, "geteuid") or os.geteuid() != 0:
         pytest.skip("要以 root 运行：测试要 useradd 建系统用户，hub 要替每个用户启动服务器（CI 以 root 运行）")
     for tool in ("useradd", "userdel", "groupadd", "prlimit"):
         if not shutil.which(tool):
             pytest.skip(f"没有 {tool}（Debian：apt-get install passwd util-linux）")
-    changed = local_hub.make_traversable(local_hub.venv_python(), DEPLOY / "jupyter-config", Path(CHROMIUM))
+    changed = local_hub.make_traversable(local_hub.venv_python(), Path(sys.prefix) / "ngshare" / "bin" / "python",
+                                         DEPLOY / "jupyter-config", Path(CHROMIUM))
     changed += local_hub.hide_private(REPO_ROOT)  # 和 make hub 一样：学生走得进仓库的 .venv，但读不到答案
     try:
         yield
@@ -141,26 +193,30 @@ def system_users():
         local_hub.restore_modes(changed)
 
 
-@pytest.fixture(scope="module")
-def hub(system_users):
+def _need_hub_tools() -> None:
     pytest.importorskip("jupyterhub", reason="没有安装 jupyterhub：pip install -r deploy/jupyterhub/requirements.txt")
     pytest.importorskip("jupyterhub_idle_culler", reason="没有安装 jupyterhub-idle-culler（deploy/jupyterhub/requirements.txt）")
-    pytest.importorskip("playwright.sync_api", reason="没有安装 playwright：pip install -r requirements-dev.txt")
-    if not Path(CHROMIUM).exists():
-        pytest.skip(f"找不到 Chromium（{CHROMIUM}）：Debian 上 apt-get install chromium")
+    # 只查在不在、不导入：ngshare_exchange 导入时就记下 JUPYTERHUB_USER（测试的子进程要在设好环境之后才导入它）
+    if importlib.util.find_spec("ngshare_exchange") is None:
+        pytest.skip("没有安装 ngshare-exchange：pip install --no-deps -r deploy/jupyterhub/requirements-no-deps.txt"
+                    "（make setup）")
+    if not (Path(sys.prefix) / "ngshare" / "bin" / "python").exists():
+        pytest.skip("没有交换服务 ngshare 的 venv（.venv/ngshare/）：make hub-deps")
     proxy = Path(sys.prefix) / "chp" / "node_modules" / ".bin" / "configurable-http-proxy"
     if not proxy.exists() and not shutil.which("configurable-http-proxy"):
         pytest.skip("没有 configurable-http-proxy：make hub-deps（npm install --prefix .venv/chp configurable-http-proxy）")
-    base = Path(tempfile.mkdtemp(prefix="l07hub-", dir="/tmp"))
-    hub_proc = log = None
+
+
+@contextlib.contextmanager
+def _running_hub(env: dict, base: Path, users: list[str], password: str, instructor: str, students: list[str]):
+    """用 env 在前台起 jupyterhub（和 make hub 一样），等到 hub 回答、ngshare-roster 把名单同步进 ngshare；
+    yield 地址等；结束时停掉 hub、代理、各服务和各用户的进程。"""
+    port = free_port()
+    env.update({"LECTURE07_HUB_URL": f"http://127.0.0.1:{port}", "LECTURE07_HUB_HUB_PORT": str(free_port()),
+                "LECTURE07_HUB_PROXY_API_PORT": str(free_port()), "LECTURE07_HUB_NGSHARE_PORT": str(free_port())})
+    hub_proc = None
+    log = open(base / "hub.log", "wb")
     try:
-        _remove_leftovers([INSTRUCTOR, *STUDENTS], GROUP)
-        env = local_hub.prepare(base, STUDENTS, [INSTRUCTOR], homes=base / "home", graders_group=GROUP,
-                                password=PASSWORD)
-        port = free_port()
-        env.update({"LECTURE07_HUB_URL": f"http://127.0.0.1:{port}", "LECTURE07_HUB_HUB_PORT": str(free_port()),
-                    "LECTURE07_HUB_PROXY_API_PORT": str(free_port()), "LECTURE07_HUB_EXPOSE_APP": "1"})
-        log = open(base / "hub.log", "wb")
         hub_proc = subprocess.Popen([str(Path(sys.prefix) / "bin" / "jupyterhub"), "-f",
                                      str(DEPLOY / "jupyterhub_config.py")],
                                     cwd=env["LECTURE07_HUB_DATA"], env={**os.environ, **env},
@@ -179,29 +235,64 @@ def hub(system_users):
             if time.monotonic() > deadline:
                 pytest.fail("JupyterHub 120 秒内没有响应")
             time.sleep(0.5)
-        yield {"url": url, "env": env, "base": base, "log": base / "hub.log"}
+        # ngshare-roster 启动时同步一次名单：等到 ngshare 里这门课的学生齐了（教师能列出学生，说明教师也在名单里）
+        ngshare, course = _ngshare_url(env), env["LECTURE07_HUB_COURSE_ID"]
+        token = _token(url, instructor, password)
+        deadline = time.monotonic() + 120
+        while True:
+            status, body = _ngshare(ngshare, token, "GET", f"students/{course}")
+            if status == 200 and {s["username"] for s in json.loads(body)["students"]} == set(students):
+                break
+            if time.monotonic() > deadline:
+                pytest.fail(f"ngshare-roster 120 秒内没有把名单同步进 ngshare（最后一次：HTTP {status} {body[:300]}）\n"
+                            f"{(base / 'hub.log').read_text(errors='replace')[-3000:]}")
+            time.sleep(1)
+        yield {"url": url, "env": env, "base": base, "log": base / "hub.log", "ngshare": ngshare,
+               "instructor_token": token}
     finally:
-        # 先结束各人的服务器和内核、hub 的空闲回收服务：不然 hub 在 SIGTERM 后一个个地等它们体面退出，
+        # 先结束各人的服务器和内核、hub 的空闲回收服务和交换服务：不然 hub 在 SIGTERM 后一个个地等它们体面退出，
         # 机器忙时要 30 多秒（CI 的 hub.log：回收服务从 SIGTERM 到结束约 30 秒）
-        _kill_user_procs([INSTRUCTOR, *STUDENTS])
+        _kill_user_procs(users)
         if hub_proc is not None:
             subprocess.run(["pkill", "-KILL", "-P", str(hub_proc.pid), "-f", "jupyterhub_idle_culler"],
                            capture_output=True)
+            _kill_user_procs([env["LECTURE07_HUB_NGSHARE_USER"]])
             os.kill(hub_proc.pid, signal.SIGTERM)  # hub 退出前停掉代理（和还在的单用户服务器）
             try:
                 hub_proc.wait(timeout=60)
             except subprocess.TimeoutExpired:
                 os.kill(hub_proc.pid, signal.SIGKILL)
                 hub_proc.wait(timeout=10)
-        if log is not None:
-            log.close()
-            ARTIFACTS.mkdir(exist_ok=True)
-            shutil.copy(base / "hub.log", ARTIFACTS / "hub.log")
-        _kill_user_procs([INSTRUCTOR, *STUDENTS])  # hub 退出后还留下的进程
-        for name in [INSTRUCTOR, *STUDENTS]:
+        log.close()
+        _kill_user_procs([*users, env["LECTURE07_HUB_NGSHARE_USER"]])  # hub 退出后还留下的进程
+
+
+@pytest.fixture(scope="module")
+def hub(system_users):
+    _need_hub_tools()
+    pytest.importorskip("playwright.sync_api", reason="没有安装 playwright：pip install -r requirements-dev.txt")
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"找不到 Chromium（{CHROMIUM}）：Debian 上 apt-get install chromium")
+    base = Path(tempfile.mkdtemp(prefix="l07hub-", dir="/tmp"))
+    users = [INSTRUCTOR, *STUDENTS]
+    try:
+        _remove_leftovers([*users, NGSHARE_USER], GROUP)
+        env = local_hub.prepare(base, STUDENTS, [INSTRUCTOR], homes=base / "home", graders_group=GROUP,
+                                password=PASSWORD, ngshare_user=NGSHARE_USER)
+        env["LECTURE07_HUB_EXPOSE_APP"] = "1"
+        try:
+            with _running_hub(env, base, users, PASSWORD, INSTRUCTOR, STUDENTS) as running:
+                yield running
+        finally:
+            if (base / "hub.log").exists():
+                ARTIFACTS.mkdir(exist_ok=True)
+                shutil.copy(base / "hub.log", ARTIFACTS / "hub.log")
+    finally:
+        for name in [*users, NGSHARE_USER]:
             subprocess.run(["userdel", "--remove", name], capture_output=True)
         subprocess.run(["groupdel", GROUP], capture_output=True)
         shutil.rmtree(base, ignore_errors=True)
+
 
 
 def _login(context, hub, name: str):
@@ -272,11 +363,13 @@ def _student_works(page, name: str, answer: str) -> str:
 def test_class_on_jupyterhub(hub):
     from playwright.sync_api import sync_playwright
     env, timings = hub["env"], {}
+    course_id, token = env["LECTURE07_HUB_COURSE_ID"], hub["instructor_token"]
     t0 = time.monotonic()
-    p = _as_instructor(env, str(Path(sys.prefix) / "bin" / "nbgrader"), "release_assignment", "exercises")
+    p = _as_instructor(env, str(Path(sys.prefix) / "bin" / "nbgrader"), "release_assignment", "exercises", token=token)
     assert p.returncode == 0, p.stdout + p.stderr
-    outbound = Path(env["LECTURE07_HUB_EXCHANGE"]) / env["LECTURE07_HUB_COURSE_ID"] / "outbound" / "exercises"
-    assert (outbound / f"{NOTEBOOK}.ipynb").exists()
+    # 发布的作业在 ngshare 里（ngshare_exchange 出错时只写日志、退出码仍是 0：所以向服务本身核对）
+    files = _ngshare_ok(hub["ngshare"], token, "GET", f"assignment/{course_id}/exercises?list_only=true")["files"]
+    assert f"{NOTEBOOK}.ipynb" in {f["path"] for f in files}, files
     timings["release"] = time.monotonic() - t0
     answers = _answers()
     with sync_playwright() as pw:
@@ -344,7 +437,7 @@ def test_class_on_jupyterhub(hub):
             # 教师：collect → 我们的 grade → release_feedback
             t = time.monotonic()
             nbgrader = str(Path(sys.prefix) / "bin" / "nbgrader")
-            p = _as_instructor(env, nbgrader, "collect", "exercises")
+            p = _as_instructor(env, nbgrader, "collect", "exercises", token=token)
             assert p.returncode == 0, p.stdout + p.stderr
             p = _as_instructor(env, str(Path(sys.prefix) / "bin" / "python"), "-m", "lib.grading", "grade",
                                "exercises", "--submissions", "submitted/", "--jobs", "2")
@@ -355,22 +448,24 @@ def test_class_on_jupyterhub(hub):
             assert {r["student_id"] for r in graded} == set(STUDENTS), rows
             assert len(graded) == 6 * len(STUDENTS) and all(r["status"] == "ok" for r in graded), \
                 [r for r in graded if r["status"] != "ok"]
-            # 已知：lib.grading 把 nbgrader 0.9 收集来的 submission_secret.txt 当成“不是 .ipynb 的文件”隔离
-            # （不影响评分和反馈）；除此之外不应隔离任何东西
+            # 从 ngshare 收集来的提交只有 notebook 和 timestamp.txt：不应隔离任何东西
             others = [r for r in rows if not r["notebook"]]
-            assert all(r["detail"].endswith("/exercises/submission_secret.txt") for r in others), others
+            assert not others, others
             mine = {r["student_id"]: r for r in rows if r["notebook"] == NOTEBOOK}
             right = {float(mine[s]["score"]) for s in STUDENTS if s != WRONG}
             assert len(right) == 1, f"同样的答案应该同分：{mine}"
             assert float(mine[WRONG]["score"]) < right.pop()
-            # nbgrader release_feedback 要在 feedback/学号/exercises/ 里找到 timestamp.txt 和 submission_secret.txt
-            # （nbgrader generate_feedback 会复制它们，lib.grading 目前不复制）：README 里的同一行命令
+            # release_feedback 要在 feedback/学号/exercises/ 里找到提交的 timestamp.txt（ngshare 按它找到是哪一次提交；
+            # nbgrader generate_feedback 会复制它，lib.grading 目前不复制）：README 里的同一行命令
             p = _as_instructor(env, "sh", "-c", COPY_FEEDBACK_KEYS)
             assert p.returncode == 0, p.stdout + p.stderr
-            p = _as_instructor(env, nbgrader, "release_feedback", "exercises")
+            p = _as_instructor(env, nbgrader, "release_feedback", "exercises", token=token)
             assert p.returncode == 0, p.stdout + p.stderr
-            released = list((Path(env["LECTURE07_HUB_EXCHANGE"]) / env["LECTURE07_HUB_COURSE_ID"] / "feedback").glob("*.html"))
-            assert len(released) == 6 * len(STUDENTS), released
+            for name in STUDENTS:  # 每名学生最后一次提交的反馈都在 ngshare 里
+                stamp = (course / "submitted" / name / "exercises" / "timestamp.txt").read_text().strip()
+                query = urllib.parse.urlencode({"timestamp": stamp, "list_only": "true"})
+                answer = _ngshare_ok(hub["ngshare"], token, "GET", f"feedback/{course_id}/exercises/{name}?{query}")
+                assert len([f for f in answer["files"] if f["path"].endswith(".html")]) == 6, (name, answer)
             timings["collect_grade_release_feedback"] = time.monotonic() - t
 
             # 学生：Fetch Feedback，打开反馈，看到自己的分数
@@ -397,73 +492,312 @@ def test_class_on_jupyterhub(hub):
     print("用时（秒）：" + "，".join(f"{k} {v:.1f}" for k, v in timings.items()))
 
 
-# ----------------------------------------------------------------------------- 交换目录的压力测试
-N = 20
-EX_PREFIX = "l07ex"
-EX_INSTRUCTOR = f"{EX_PREFIX}i1"
-EX_STUDENTS = [f"{EX_PREFIX}s{i:02d}" for i in range(1, N + 1)]
-EX_GROUP = f"{EX_PREFIX}-graders"
-COURSE_ID = "cs224n-lecture07"
+# ----------------------------------------------------------------------------- 学生之间的隔离（交换服务）
+CROSS_A, CROSS_B = STUDENTS[0], STUDENTS[1]
 
 
-def _exchange_config(exchange: str, root: str):
-    from traitlets.config import Config
-    c = Config()
-    c.Exchange.root = exchange
-    c.CourseDirectory.course_id = COURSE_ID
-    c.CourseDirectory.root = root
-    c.CourseDirectory.assignment_id = "exercises"
-    return c
-
-
-def _student(name: str, exchange: str, barrier, results) -> None:
-    """子进程：变成这名学生，取作业，写标记，等屏障，连交两次。"""
+def _as_exchange_user(name: str, environ: dict, fn, args: tuple, results) -> None:
+    """子进程：变成这个系统用户（setuid），环境和他在 hub 的终端里一样（environ），运行 fn(*args)，结果放进 results。"""
     try:
         user = pwd.getpwnam(name)
         os.setgroups([])
         os.setgid(user.pw_gid)
         os.setuid(user.pw_uid)
-        os.environ["HOME"] = user.pw_dir
+        for key in ("JUPYTER_DATA_DIR", "JUPYTER_CONFIG_DIR", "JUPYTERHUB_USER", "JUPYTERHUB_API_TOKEN"):
+            os.environ.pop(key, None)
+        os.environ.update({"HOME": user.pw_dir, "USER": name, **environ})
         os.chdir(user.pw_dir)
-        from nbgrader.auth import Authenticator
-        from nbgrader.coursedir import CourseDirectory
-        from nbgrader.exchange.default import ExchangeFetchAssignment, ExchangeSubmit
-        c = _exchange_config(exchange, user.pw_dir)
-        coursedir = CourseDirectory(config=c)
-        auth = Authenticator(config=c)  # nbgrader 的默认认证插件（不限制课程），和 Assignment List 用的一样
-        ExchangeFetchAssignment(coursedir=coursedir, authenticator=auth, config=c).start()
-        path = Path(user.pw_dir) / "exercises" / f"{NOTEBOOK}.ipynb"
-        original = path.read_text(encoding="utf-8")
-
-        def mark(tag: str) -> None:
-            nb = json.loads(original)
-            cell = next(c for c in nb["cells"] if (c["metadata"].get("nbgrader") or {}).get("solution"))
-            cell["source"] = f"# {tag}\n" + "".join(cell["source"])
-            path.write_text(json.dumps(nb, ensure_ascii=False), encoding="utf-8")
-
-        mark(f"MARK-{name}-first")
-        barrier.wait(timeout=300)
-        ExchangeSubmit(coursedir=coursedir, authenticator=auth, config=c).start()
-        # 第二次提交：nbgrader 的时间戳精确到微秒，同一秒内的两次也分得开
-        mark(f"MARK-{name}-second")
-        ExchangeSubmit(coursedir=coursedir, authenticator=auth, config=c).start()
-        results.put((name, "ok"))
+        results.put((name, "ok", fn(*args)))
     except BaseException as e:  # 子进程的任何失败都报告给父进程
-        results.put((name, f"{type(e).__name__}: {e}"))
+        results.put((name, f"{type(e).__name__}: {e}", None))
+
+
+def _student_config():
+    """学生服务器加载的那份 nbgrader 设置（deploy/jupyterhub/jupyter-config/student/，交换走 ngshare）。"""
+    from traitlets.config.loader import PyFileConfigLoader
+    return PyFileConfigLoader("nbgrader_config.py", path=str(DEPLOY / "jupyter-config" / "student")).load_config()
+
+
+def _run_exchange(kind: str, overrides: dict):
+    """用学生的设置加上 overrides，经 nbgrader 的 ExchangeFactory 运行一次交换操作（kind：List、Collect……）。"""
+    from traitlets.config import Config
+    from nbgrader.auth import Authenticator
+    from nbgrader.coursedir import CourseDirectory
+    from nbgrader.exchange import ExchangeFactory
+    c = _student_config()
+    c.merge(Config(overrides))
+    op = getattr(ExchangeFactory(config=c), kind)(coursedir=CourseDirectory(config=c),
+                                                  authenticator=Authenticator(config=c), config=c)
+    return op, op.start()
+
+
+def _a_tries_b(b: str, b_stamp: str, work: str) -> list[dict]:
+    """以学生 A 的身份（A 的 uid、A 的 token），但在客户端冒充 B（JUPYTERHUB_USER=B），对 B 的文件试遍交换的每种调用。
+    记下每次调用时 ngshare 的每个回答（方法、路径、HTTP 状态、正文），交给父进程判断。"""
+    from ngshare_exchange.exchange import Exchange as NgshareExchange
+    seen: list = []
+    check = NgshareExchange._ngshare_api_check_error
+
+    def spy(self, response, url):  # 插件处理 ngshare 的每一个回答都经过这里
+        seen.append([response.request.method, url, response.status_code, response.text])
+        return check(self, response, url)
+    NgshareExchange._ngshare_api_check_error = spy
+    assert NgshareExchange.username == b  # 插件以为自己是 B
+    work = Path(work)
+    nb = json.loads((work / "released.ipynb").read_text(encoding="utf-8"))
+    (work / "exercises").mkdir()
+    nb["cells"][0]["source"] = "FORGED-SUBMISSION-BY-A"
+    (work / "exercises" / f"{NOTEBOOK}.ipynb").write_text(json.dumps(nb), encoding="utf-8")
+    forged = work / "course" / "feedback" / b / "exercises"
+    forged.mkdir(parents=True)
+    (forged / f"{NOTEBOOK}.html").write_text("<html>FORGED-FEEDBACK-BY-A</html>", encoding="utf-8")
+    (forged / "timestamp.txt").write_text(b_stamp, encoding="utf-8")
+    # fetch_feedback 按本地缓存里的提交记录去取：A 在自己的缓存里伪造一条“B 的提交”
+    from jupyter_core.paths import jupyter_data_dir
+    cache = Path(jupyter_data_dir()) / "nbgrader_cache" / os.environ["LECTURE07_COURSE_ID"]
+    (cache / f"{b}+exercises+{b_stamp}").mkdir(parents=True, exist_ok=True)
+    attempts = [
+        ("列出 B 的提交（nbgrader list --inbound --student B）", "List",
+         {"ExchangeList": {"inbound": True}, "CourseDirectory": {"student_id": b, "assignment_id": "exercises"}}),
+        ("列出所有人的提交（nbgrader list --inbound）", "List", {"ExchangeList": {"inbound": True}}),
+        ("下载 B 的提交（nbgrader collect）", "Collect",
+         {"CourseDirectory": {"root": str(work / "course"), "assignment_id": "exercises"}}),
+        ("读 B 的反馈（nbgrader fetch_feedback，冒充 B）", "FetchFeedback",
+         {"CourseDirectory": {"assignment_id": "exercises"}, "Exchange": {"assignment_dir": str(work)}}),
+        ("改写 B 的反馈（nbgrader release_feedback --student B）", "ReleaseFeedback",
+         {"CourseDirectory": {"root": str(work / "course"), "assignment_id": "exercises", "student_id": b}}),
+        ("冒充 B 提交（nbgrader submit，JUPYTERHUB_USER=B）", "Submit",
+         {"CourseDirectory": {"assignment_id": "exercises"}, "Exchange": {"assignment_dir": str(work)}}),
+    ]
+    out = []
+    for label, kind, overrides in attempts:
+        seen.clear()
+        error = result = None
+        try:
+            op, result = _run_exchange(kind, overrides)
+            if kind == "Submit":
+                result = op.timestamp
+        except Exception as e:  # nbgrader 的 ExchangeError 等：记下，由父进程判断
+            error = f"{type(e).__name__}: {e}"
+        out.append({"label": label, "kind": kind, "responses": [list(r) for r in seen], "error": error,
+                    "result": result if isinstance(result, (str, type(None))) else repr(result)})
+    # A 的工作目录里不应出现任何取回来的东西（B 的提交或反馈）
+    out.append({"label": "files", "files": sorted(str(p.relative_to(work)) for p in work.rglob("*") if p.is_file())})
+    return out
+
+
+def test_student_cannot_reach_another_students_files(hub):
+    """学生 A 对学生 B 的提交和反馈：交换的每一种调用（经 nbgrader 的交换插件）、直接调 ngshare 的接口（直连和经过
+    代理，带 A 自己的 token）、直接读 ngshare 的数据目录，全部被拒绝；B 的提交和反馈一个字节都没变。"""
+    env, url, ngshare = hub["env"], hub["url"], hub["ngshare"]
+    course_id, teacher = env["LECTURE07_HUB_COURSE_ID"], hub["instructor_token"]
+    a_token, b_token = _token(url, CROSS_A, PASSWORD), _token(url, CROSS_B, PASSWORD)
+    # 准备：作业已发布（单独运行这个测试时在这里发布），B 交一份带暗记的作业，教师给这次提交发带暗记的反馈
+    if "exercises" not in _ngshare_ok(ngshare, teacher, "GET", f"assignments/{course_id}")["assignments"]:
+        p = _as_instructor(env, str(Path(sys.prefix) / "bin" / "nbgrader"), "release_assignment", "exercises",
+                           token=teacher)
+        assert p.returncode == 0, p.stdout + p.stderr
+    secret = f"SECRET-OF-{CROSS_B}-{os.urandom(4).hex()}"
+    released = _ngshare_ok(ngshare, b_token, "GET", f"assignment/{course_id}/exercises")["files"]
+    notebook = base64.b64decode(next(f["content"] for f in released if f["path"] == f"{NOTEBOOK}.ipynb"))
+    b_nb = json.loads(notebook)
+    b_nb["cells"].insert(0, {"cell_type": "markdown", "metadata": {}, "source": secret})
+    b_files = [{"path": f"{NOTEBOOK}.ipynb", "content": base64.b64encode(json.dumps(b_nb).encode()).decode()}]
+    b_stamp = _ngshare_ok(ngshare, b_token, "POST", f"submission/{course_id}/exercises",
+                          {"files": json.dumps(b_files)})["timestamp"]
+    feedback_secret = f"FEEDBACK-OF-{CROSS_B}-{os.urandom(4).hex()}"
+    _ngshare_ok(ngshare, teacher, "POST", f"feedback/{course_id}/exercises/{CROSS_B}", {
+        "timestamp": b_stamp, "files": json.dumps([{"path": f"{NOTEBOOK}.html", "content": base64.b64encode(
+            f"<html>{feedback_secret}</html>".encode()).decode()}])})
+    stamp_q = urllib.parse.urlencode({"timestamp": b_stamp})
+
+    def b_state():
+        """教师眼里 B 的提交列表、最新一次提交的内容、这次提交的反馈。"""
+        subs = _ngshare_ok(ngshare, teacher, "GET", f"submissions/{course_id}/exercises/{CROSS_B}")["submissions"]
+        latest = _ngshare_ok(ngshare, teacher, "GET", f"submission/{course_id}/exercises/{CROSS_B}")
+        fb = _ngshare_ok(ngshare, teacher, "GET", f"feedback/{course_id}/exercises/{CROSS_B}?{stamp_q}")
+        return subs, latest["timestamp"], latest["files"], fb["files"]
+    before = b_state()
+    assert before[1] == b_stamp and any(secret.encode() in base64.b64decode(f["content"]) for f in before[2])
+    # 对照：这些接口本身是通的，B 读得到自己的反馈，A 列得出自己的提交（下面的拒绝是因为身份，不是接口坏了）
+    own = _ngshare_ok(ngshare, b_token, "GET", f"feedback/{course_id}/exercises/{CROSS_B}?{stamp_q}")
+    assert feedback_secret.encode() in base64.b64decode(own["files"][0]["content"])
+    _ngshare_ok(ngshare, a_token, "GET", f"submissions/{course_id}/exercises/{CROSS_A}")
+    a_before = {s["timestamp"] for s in _ngshare_ok(
+        ngshare, teacher, "GET", f"submissions/{course_id}/exercises/{CROSS_A}")["submissions"]}
+
+    tried, refused, notes = [], [], []
+
+    def leaks(text: str) -> bool:
+        return secret in text or feedback_secret in text or any(
+            secret.encode() in base64.b64decode(m) or feedback_secret.encode() in base64.b64decode(m)
+            for m in _b64_fields(text))
+
+    # 1. 交换插件的每一种调用：以 A 的 uid、A 的 token，在 A 的家目录里，客户端冒充 B
+    a_home = Path(pwd.getpwnam(CROSS_A).pw_dir)
+    work = a_home / f"cross-{os.urandom(3).hex()}"
+    work.mkdir()
+    (work / "released.ipynb").write_bytes(notebook)
+    shutil.chown(work, CROSS_A, CROSS_A)
+    shutil.chown(work / "released.ipynb", CROSS_A, CROSS_A)
+    environ = {"JUPYTERHUB_USER": CROSS_B, "JUPYTERHUB_API_TOKEN": a_token, "LECTURE07_NGSHARE_URL": ngshare,
+               "LECTURE07_COURSE_ID": course_id, "JUPYTER_CONFIG_PATH": str(DEPLOY / "jupyter-config" / "student")}
+    import nbgrader.exchange  # noqa: F401  （先在父进程里导入，子进程 fork 之后直接用）
+    ctx = mp.get_context("fork")
+    results = ctx.Queue()
+    proc = ctx.Process(target=_as_exchange_user, args=(CROSS_A, environ, _a_tries_b, (CROSS_B, b_stamp, str(work)),
+                                                       results))
+    proc.start()
+    name, status, attempts = results.get(timeout=300)
+    proc.join(timeout=60)
+    assert status == "ok", status
+    files = attempts.pop()["files"]
+    submit_stamp = None
+    for att in attempts:
+        tried.append(att["label"])
+        assert att["responses"], f"{att['label']}：插件根本没有调用 ngshare（{att}）"
+        assert not any(leaks(r[3]) for r in att["responses"]), f"{att['label']}：ngshare 的回答里有 B 的内容"
+        if att["kind"] == "Submit":
+            # ngshare 不看客户端自称是谁：这次提交只能记在 A 自己名下（下面向服务核对），B 的提交不变
+            posts = [r for r in att["responses"] if r[0] == "POST"]
+            assert len(posts) == 1 and posts[0][1] == f"/submission/{course_id}/exercises" and posts[0][2] == 200, posts
+            submit_stamp = att["result"]
+            assert submit_stamp, att
+            continue
+        # 其余每一次调用：凡是碰到提交或反馈的请求，ngshare 一律回答 403 Permission denied（一个 200 都没有）；
+        # 别的请求只是列出已发布的作业（人人可见，上面已查过回答里没有 B 的内容）
+        targeted = [r for r in att["responses"] if r[1].startswith(("/submission", "/feedback"))]
+        assert targeted and all(r[2] == 403 and "Permission denied" in r[3] for r in targeted), \
+            f"{att['label']}：{[(r[0], r[1], r[2]) for r in att['responses']]}"
+        if att["kind"] in ("Collect", "ReleaseFeedback"):
+            assert att["error"] and "ExchangeError" in att["error"], att  # 插件也报了失败
+        refused.append(att["label"])
+    assert submit_stamp is not None, "没有试“冒充 B 提交”"
+    # A 的工作目录里只有 A 自己放的文件：没有下载到 B 的提交（course/submitted/），也没有取到 B 的反馈（exercises/feedback/）
+    assert set(files) == {"released.ipynb", f"exercises/{NOTEBOOK}.ipynb", f"course/feedback/{CROSS_B}/exercises/"
+                          f"{NOTEBOOK}.html", f"course/feedback/{CROSS_B}/exercises/timestamp.txt"}, files
+    a_after = {s["timestamp"] for s in _ngshare_ok(
+        ngshare, teacher, "GET", f"submissions/{course_id}/exercises/{CROSS_A}")["submissions"]}
+    assert a_after - a_before == {submit_stamp}, (a_before, a_after, submit_stamp)
+    notes.append(f"“冒充 B 提交”被 ngshare 按 A 的 token 记在 A 自己名下（{submit_stamp}），B 的提交没有多出一份")
+
+    # 2. 直接调 ngshare 的接口，带 A 自己的 token：直连服务和经过 hub 的代理各一遍
+    b = urllib.parse.quote(CROSS_B)
+    raw = [
+        ("GET", f"submissions/{course_id}/exercises/{b}", None),          # 列出 B 的提交
+        ("GET", f"submissions/{course_id}/exercises", None),              # 列出所有人的提交
+        ("GET", f"submission/{course_id}/exercises/{b}", None),           # 下载 B 最新的提交
+        ("GET", f"submission/{course_id}/exercises/{b}?{stamp_q}", None), # 下载 B 的某一次提交
+        ("POST", f"submission/{course_id}/exercises/{b}", {"files": json.dumps(b_files)}),  # 覆盖 B 的提交
+        ("DELETE", f"submission/{course_id}/exercises/{b}", None),        # 删掉 B 的提交
+        ("GET", f"feedback/{course_id}/exercises/{b}?{stamp_q}", None),   # 读 B 的反馈
+        ("POST", f"feedback/{course_id}/exercises/{b}",                   # 改写 B 的反馈
+         {"timestamp": b_stamp, "files": json.dumps([{"path": f"{NOTEBOOK}.html", "content": "Rk9SR0VE"}])}),
+        ("GET", f"student/{course_id}/{b}", None),                        # B 的名单信息
+        ("DELETE", f"student/{course_id}/{b}", None),                     # 把 B 移出课程
+        ("GET", f"students/{course_id}", None),                           # 全班名单
+        ("POST", f"instructor/{course_id}/{urllib.parse.quote(CROSS_A)}", # 把自己升成教师
+         {"first_name": "", "last_name": "", "email": ""}),
+    ]
+    for base in (ngshare, f"{url}/services/ngshare"):
+        for method, path, data in raw:
+            label = f"{method} {base}/{path.split('?')[0]}"
+            tried.append(label)
+            status_code, body = _ngshare(base, a_token, method, path, data)
+            assert not leaks(body), f"{label}：回答里有 B 的内容"
+            # 403：ngshare 认出是 A、不许；405：ngshare 根本没有这个操作（提交只能新交，不能覆盖或删除）
+            assert status_code in (403, 405), f"{label}：HTTP {status_code} {body[:300]}"
+            refused.append(label)
+    # 没有 token、假 token：没有任何数据（ngshare 这几个接口没有 @authenticated，self.user 是 None，回答 500）
+    for token in (None, a_token[::-1]):
+        label = f"GET {ngshare}/submission/{course_id}/exercises/{b}（{'没有 token' if token is None else '假 token'}）"
+        tried.append(label)
+        status_code, body = _ngshare(ngshare, token, "GET", f"submission/{course_id}/exercises/{b}")
+        assert status_code in (401, 403, 500) and not leaks(body), f"{label}：HTTP {status_code} {body[:300]}"
+        refused.append(label)
+
+    # 3. 直接读 ngshare 的数据目录（SQLite 数据库和文件）：A 的 uid 进不去
+    data = Path(env["LECTURE07_HUB_NGSHARE_DATA"])
+    for args in (["ls", str(data)], ["cat", str(data / "ngshare.db")], ["ls", str(data / "files")]):
+        tried.append(" ".join(args))
+        r = _as_student(CROSS_A, *args)
+        assert r.returncode != 0 and "Permission denied" in r.stderr, (args, r.stdout[:200], r.stderr[:200])
+        refused.append(" ".join(args))
+
+    # B 的提交和反馈一个字节都没变
+    assert b_state() == before
+    assert len(tried) == len(refused) + 1, (tried, refused)
+    print(f"A（{CROSS_A}）对 B（{CROSS_B}）的文件试了 {len(tried)} 次：{len(refused)} 次被拒绝"
+          f"（插件 {len(attempts) - 1} 次、HTTP {2 * len(raw) + 2} 次、文件系统 3 次），1 次{notes[0]}")
+
+
+def _b64_fields(text: str) -> list[str]:
+    """ngshare 回答里的 base64 内容（files[].content），用来检查回答里有没有 B 的文件。"""
+    try:
+        answer = json.loads(text)
+    except ValueError:
+        return []
+    return [f["content"] for f in answer.get("files", []) if isinstance(f, dict) and "content" in f]
+
+
+# ----------------------------------------------------------------------------- 交换服务的压力测试
+N = 20
+EX_PREFIX = "l07ex"
+EX_INSTRUCTOR = f"{EX_PREFIX}i1"
+EX_STUDENTS = [f"{EX_PREFIX}s{i:02d}" for i in range(1, N + 1)]
+EX_GROUP = f"{EX_PREFIX}-graders"
+EX_NGSHARE_USER = f"{EX_PREFIX}ng"
+EX_PASSWORD = "lecture07"  # local_hub.prepare 的默认密码
+
+
+def _student(name: str, home: str, barrier) -> str:
+    """子进程里（已经是这名学生、环境里是他自己的 token）：取作业，写标记，等屏障，连交两次。"""
+    _, _ = _run_exchange("FetchAssignment", {"CourseDirectory": {"assignment_id": "exercises"}})
+    path = Path(home) / "exercises" / f"{NOTEBOOK}.ipynb"
+    original = path.read_text(encoding="utf-8")  # 取作业失败时插件只写日志：这里就会找不到文件
+
+    def mark(tag: str) -> None:
+        nb = json.loads(original)
+        cell = next(c for c in nb["cells"] if (c["metadata"].get("nbgrader") or {}).get("solution"))
+        cell["source"] = f"# {tag}\n" + "".join(cell["source"])
+        path.write_text(json.dumps(nb, ensure_ascii=False), encoding="utf-8")
+
+    def submit() -> None:
+        op, _ = _run_exchange("Submit", {"CourseDirectory": {"assignment_id": "exercises"}})
+        if not op.timestamp:  # 提交失败时插件只写日志（“Failed to submit.”）、不抛异常
+            raise RuntimeError(f"{name} 提交失败")
+
+    mark(f"MARK-{name}-first")
+    barrier.wait(timeout=300)
+    submit()
+    # 第二次提交：ngshare 的时间戳精确到微秒，同一秒内的两次也分得开
+    mark(f"MARK-{name}-second")
+    submit()
+    return "ok"
 
 
 @pytest.fixture(scope="module")
 def course(system_users):
     base = Path(tempfile.mkdtemp(prefix="l07ex-", dir="/tmp"))
     try:
-        _remove_leftovers([EX_INSTRUCTOR, *EX_STUDENTS], EX_GROUP)
-        env = local_hub.prepare(base, EX_STUDENTS, [EX_INSTRUCTOR], homes=base / "home", graders_group=EX_GROUP)
+        _remove_leftovers([EX_INSTRUCTOR, *EX_STUDENTS, EX_NGSHARE_USER], EX_GROUP)
+        env = local_hub.prepare(base, EX_STUDENTS, [EX_INSTRUCTOR], homes=base / "home", graders_group=EX_GROUP,
+                                ngshare_user=EX_NGSHARE_USER)
         yield env
     finally:
-        for name in [EX_INSTRUCTOR, *EX_STUDENTS]:
+        for name in [EX_INSTRUCTOR, *EX_STUDENTS, EX_NGSHARE_USER]:
             subprocess.run(["userdel", "--remove", name], capture_output=True)
         subprocess.run(["groupdel", EX_GROUP], capture_output=True)
         shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def course_hub(course):
+    """同一个课程目录上起一个 hub（连同 ngshare 和名单同步），20 名学生都是它的用户。"""
+    _need_hub_tools()
+    base = Path(course["LECTURE07_HUB_DATA"]).parent
+    with _running_hub(course, base, [EX_INSTRUCTOR, *EX_STUDENTS], EX_PASSWORD, EX_INSTRUCTOR, EX_STUDENTS) as running:
+        yield running
 
 
 def _as_student(name: str, *args: str, cwd: str = "/") -> subprocess.CompletedProcess:
@@ -480,7 +814,8 @@ def test_students_cannot_read_answers(course):
     solution = next((REPO_ROOT / "solutions").rglob("*.ipynb"))
     hidden = next((REPO_ROOT / "source").rglob("*.ipynb"))
     for path in [root / "source", root / "solutions", root / "gradebook.db", solution, hidden,
-                 root / solution.relative_to(REPO_ROOT), REPO_ROOT / ".git", REPO_ROOT / "tests" / "test_hub.py"]:
+                 root / solution.relative_to(REPO_ROOT), REPO_ROOT / ".git", REPO_ROOT / "tests" / "test_hub.py",
+                 Path(course["LECTURE07_HUB_NGSHARE_DATA"])]:  # 交换服务的数据目录（只属于 ngshare 的系统用户）
         r = _as_student(student, "cat", str(path))
         assert r.returncode != 0, f"学生 {student} 读到了 {path}"
         if path.is_dir():
@@ -524,24 +859,35 @@ def test_second_grader_writes_gradebook(course):
             db.unlink()
 
 
-def _as_ex_instructor(env, *args):
-    return _as_instructor(env, str(Path(sys.prefix) / "bin" / "nbgrader"), *args, user=EX_INSTRUCTOR, group=EX_GROUP)
+def _as_ex_instructor(env, *args, token=None):
+    return _as_instructor(env, str(Path(sys.prefix) / "bin" / "nbgrader"), *args, user=EX_INSTRUCTOR, group=EX_GROUP,
+                          token=token)
 
 
-def test_twenty_students_submit_at_once(course):
-    p = _as_ex_instructor(course, "release_assignment", "exercises")
+def test_twenty_students_submit_at_once(course_hub):
+    env, teacher, ngshare = course_hub["env"], course_hub["instructor_token"], course_hub["ngshare"]
+    course_id = env["LECTURE07_HUB_COURSE_ID"]
+    p = _as_ex_instructor(env, "release_assignment", "exercises", token=teacher)
     assert p.returncode == 0, p.stdout + p.stderr
-    # 先在父进程里导入，子进程 fork 之后直接用（20 个进程同时导入 nbgrader 要几十秒）
+    tokens = {s: _token(course_hub["url"], s, EX_PASSWORD) for s in EX_STUDENTS}
+    # 先在父进程里导入，子进程 fork 之后直接用（20 个进程同时导入 nbgrader 要几十秒）；ngshare_exchange 不在这里导入：
+    # 它在导入时记下 JUPYTERHUB_USER，要在每个子进程设好环境之后再导入
     import nbgrader.auth  # noqa: F401
-    import nbgrader.exchange.default  # noqa: F401
+    import nbgrader.coursedir  # noqa: F401
+    import nbgrader.exchange  # noqa: F401
+    import rapidfuzz  # noqa: F401
+    import requests  # noqa: F401
     ctx = mp.get_context("fork")
     barrier, results = ctx.Barrier(N), ctx.Queue()
-    procs = [ctx.Process(target=_student, args=(s, course["LECTURE07_HUB_EXCHANGE"], barrier, results))
-             for s in EX_STUDENTS]
+    student_dir = str(DEPLOY / "jupyter-config" / "student")
+    procs = [ctx.Process(target=_as_exchange_user, args=(
+        s, {"JUPYTERHUB_USER": s, "JUPYTERHUB_API_TOKEN": tokens[s], "LECTURE07_NGSHARE_URL": ngshare,
+            "LECTURE07_COURSE_ID": course_id, "JUPYTER_CONFIG_PATH": student_dir},
+        _student, (s, pwd.getpwnam(s).pw_dir, barrier), results)) for s in EX_STUDENTS]
     t = time.monotonic()
     for proc in procs:
         proc.start()
-    outcome = dict(results.get(timeout=600) for _ in procs)
+    outcome = {name: status for name, status, _ in (results.get(timeout=600) for _ in procs)}
     for proc in procs:
         proc.join(timeout=60)
         if proc.is_alive():
@@ -549,18 +895,15 @@ def test_twenty_students_submit_at_once(course):
     elapsed = time.monotonic() - t
     assert outcome == {s: "ok" for s in EX_STUDENTS}, {s: r for s, r in outcome.items() if r != "ok"}
 
-    inbound = Path(course["LECTURE07_HUB_EXCHANGE"]) / COURSE_ID / "inbound"
-    entries = sorted(p.name for p in inbound.iterdir())
-    per_student = {s: [e for e in entries if e.split("+")[0] == s] for s in EX_STUDENTS}
-    assert all(len(v) == 2 for v in per_student.values()), {s: len(v) for s, v in per_student.items() if len(v) != 2}
-    assert len(entries) == 2 * N
-    for s, subs in per_student.items():
-        owner = {pwd.getpwuid((inbound / e).stat().st_uid).pw_name for e in subs}
-        assert owner == {s}, f"{s} 的提交属于 {owner}"
+    # ngshare 里：每人正好两次提交，记在他自己名下（ngshare 按 token 认人），一共 2N 次
+    subs = _ngshare_ok(ngshare, teacher, "GET", f"submissions/{course_id}/exercises")["submissions"]
+    per_student = {s: sorted(x["timestamp"] for x in subs if x["student_id"] == s) for s in EX_STUDENTS}
+    assert all(len(set(v)) == 2 for v in per_student.values()), {s: v for s, v in per_student.items() if len(set(v)) != 2}
+    assert len(subs) == 2 * N, subs
 
-    p = _as_ex_instructor(course, "collect", "exercises")
+    p = _as_ex_instructor(env, "collect", "exercises", token=teacher)
     assert p.returncode == 0, p.stdout + p.stderr
-    submitted = Path(course["LECTURE07_HUB_COURSE_ROOT"]) / "submitted"
+    submitted = Path(env["LECTURE07_HUB_COURSE_ROOT"]) / "submitted"
     assert sorted(d.name for d in submitted.iterdir()) == EX_STUDENTS
     for s in EX_STUDENTS:
         text = (submitted / s / "exercises" / f"{NOTEBOOK}.ipynb").read_text(encoding="utf-8")
@@ -568,22 +911,49 @@ def test_twenty_students_submit_at_once(course):
         assert marks == ["second"], f"{s}：收到的不是最后一次提交（{marks}）"
         others = [o for o in EX_STUDENTS if o != s and f"MARK-{o}-" in text]
         assert not others, f"{s} 的提交里有别人的标记：{others}"
-    print(f"{N} 名学生同时各提交两次：{elapsed:.1f} 秒（取作业 + 提交，在负载很高的 2 核机器上）")
+        stamp = (submitted / s / "exercises" / "timestamp.txt").read_text().strip()
+        assert stamp == per_student[s][-1], (s, stamp, per_student[s])
+
+    # README 的备份（hub 照常运行时）：备份的数据库里有全部 2N 次提交，它引用的每个文件都在打包的文件里
+    backup = Path(tempfile.mkdtemp(prefix="l07backup-", dir="/tmp"))
+    try:
+        r = subprocess.run(["sh", "-c", BACKUP_NGSHARE], env={"PATH": f"{Path(sys.prefix) / 'bin'}:/usr/bin:/bin",
+                           "D": env["LECTURE07_HUB_NGSHARE_DATA"], "B": str(backup)}, capture_output=True, text=True)
+        assert r.returncode == 0, r.stdout + r.stderr
+        import sqlite3
+        import tarfile
+        db = sqlite3.connect(backup / "ngshare.db")
+        try:
+            counts = dict(db.execute("SELECT student_id, COUNT(*) FROM submissions GROUP BY student_id").fetchall())
+            stored = {row[0] for row in db.execute("SELECT actual_name FROM files")}
+        finally:
+            db.close()
+        assert counts == {s: 2 for s in EX_STUDENTS}, counts
+        with tarfile.open(backup / "ngshare-files.tar.gz") as tar:
+            archived = {Path(m.name).name for m in tar.getmembers() if m.isfile()}
+        assert stored and stored <= archived, sorted(stored - archived)[:5]
+    finally:
+        shutil.rmtree(backup, ignore_errors=True)
+    print(f"{N} 名学生同时各提交两次（经过 ngshare）：{elapsed:.1f} 秒（取作业 + 提交，在负载很高的 2 核机器上）")
 
 
 def test_clean_removes_only_what_make_hub_created(system_users):
     """make hub-clean（local_hub.py --clean）删掉试用新建的用户、组和 BASE；已有的用户 make hub 不改、clean 也不删。"""
     base = Path(tempfile.mkdtemp(prefix="l07clean-", dir="/tmp"))
     old, new, ta, group = f"{PREFIX}cold", f"{PREFIX}cnew", f"{PREFIX}cta", f"{PREFIX}c-graders"
+    service = f"{PREFIX}cng"  # ngshare 的系统用户：试用时新建，clean 也删掉
     subprocess.run(["useradd", "--create-home", "--home-dir", str(base / "home" / old), old], check=True)
     try:
         os.chmod(base / "home" / old, 0o751)
-        local_hub.prepare(base / "try", [old, new], [ta], homes=base / "home", graders_group=group)
+        local_hub.prepare(base / "try", [old, new], [ta], homes=base / "home", graders_group=group,
+                          ngshare_user=service)
+        data = base / "try" / "ngshare"
+        assert pwd.getpwuid(data.stat().st_uid).pw_name == service and stat.S_IMODE(data.stat().st_mode) == 0o700
         assert stat.S_IMODE((base / "home" / old).stat().st_mode) == 0o751  # 已有用户的家目录没被改
         assert stat.S_IMODE((base / "home" / new).stat().st_mode) == 0o700
         assert (base / "home" / new / "lib").resolve() == base / "try" / "lib"  # 建账号时就有 ~/lib
         assert local_hub.clean(base / "try") == 0
-        for name, kept in [(old, True), (new, False), (ta, False)]:
+        for name, kept in [(old, True), (new, False), (ta, False), (service, False)]:
             try:
                 pwd.getpwnam(name)
                 assert kept, f"{name} 应该被删掉"
@@ -593,7 +963,7 @@ def test_clean_removes_only_what_make_hub_created(system_users):
             grp.getgrnam(group)
         assert not (base / "try").exists()
     finally:
-        for name in (old, new, ta):
+        for name in (old, new, ta, service):
             subprocess.run(["userdel", "--remove", name], capture_output=True)
         subprocess.run(["groupdel", group], capture_output=True)
         shutil.rmtree(base, ignore_errors=True)

@@ -4,8 +4,12 @@
 
 - 用户：每个 hub 用户是一个同名的系统用户（LocalProcessSpawner）。两个 hub 组，名字沿用 nbgrader 的约定：
   `nbgrader-<课程>`（学生）和 `formgrade-<课程>`（教师、助教）。
-- 作业分发：nbgrader 自己的交换目录（`c.Exchange.root`，全体可写、带粘滞位）。学生在 **Assignment List**
-  里取作业、提交、取反馈；教师和助教在共享的课程目录里 `nbgrader release_assignment`、`nbgrader collect`、
+- 作业分发：交换服务 ngshare（hub 服务，以自己的系统用户 `LECTURE07_HUB_NGSHARE_USER` 运行，数据在
+  `LECTURE07_HUB_NGSHARE_DATA`，700，只有它自己能读）。每个请求带着调用者的 hub token，ngshare 向 hub 问清是谁，
+  再按课程名单判断：学生只能取作业、交自己的、取自己的反馈，看不到、改不了别人的提交和反馈；收集和发反馈只有教师/助教。
+  nbgrader 通过 ngshare-exchange 插件用它（jupyter-config/ngshare_exchange.py）。课程名单由 ngshare-roster 服务
+  （ngshare_roster.py）从下面两个 hub 组同步过去，不用手工维护。学生在 **Assignment List** 里取作业、提交、
+  取反馈；教师和助教在共享的课程目录里 `nbgrader release_assignment`、`nbgrader collect`、
   `python -m lib.grading grade ...`，**Formgrader** 只对他们开放（学生的服务器关掉了 formgrader 扩展，
   而且课程目录对学生不可读）。
 - 环境：所有人的服务器和内核都来自同一个 venv（按仓库的 requirements.txt 装好，CPU 版 torch），只有一个内核。
@@ -41,12 +45,18 @@ def names(value: str) -> list[str]:
 COURSE_ID = setting("COURSE_ID", "cs224n-lecture07")
 # 教师和助教共用的课程目录（nbgrader 的 course root：source/、release/、gradebook、submitted/……）
 COURSE_ROOT = setting("COURSE_ROOT", "/srv/lecture07/course")
-# nbgrader 的交换目录
-EXCHANGE = setting("EXCHANGE", "/srv/nbgrader/exchange")
+# 交换服务 ngshare：它的系统用户、数据目录（SQLite 数据库 + 文件；hub 启动时建好，属于这个用户，700）和端口
+NGSHARE_USER = setting("NGSHARE_USER", "lecture07-ngshare")
+NGSHARE_DATA = Path(setting("NGSHARE_DATA", "/srv/lecture07/ngshare"))
+NGSHARE_PORT = int(setting("NGSHARE_PORT", "10101"))
+# 学生和助教的服务器直接连 ngshare（它只认 hub 签发的 token），路径里带 hub 给服务的前缀 /services/ngshare/
+NGSHARE_URL = f"http://127.0.0.1:{NGSHARE_PORT}/services/ngshare"
 # 学生的 notebook 要导入的课程代码 lib/（只读即可；默认就是这份仓库里的 lib/）
 COURSE_LIB = setting("LIB", str(REPO / "lib"))
 # 课程环境（按 requirements.txt 装好的 venv）；默认是运行 hub 的这个 Python 所在的 venv
 VENV = setting("VENV", sys.prefix)
+# ngshare 自己的 venv（make hub-deps 建在 .venv/ngshare/：ngshare 0.6.0 要 SQLAlchemy 1.4，见 requirements-ngshare.txt）
+NGSHARE_PYTHON = setting("NGSHARE_PYTHON", str(Path(VENV) / "ngshare" / "bin" / "python"))
 # hub 自己的数据：用户数据库、cookie 密钥、代理的 pid 文件
 DATA = Path(setting("DATA", "/srv/lecture07/hub"))
 STUDENTS_GROUP = f"nbgrader-{COURSE_ID}"
@@ -149,7 +159,7 @@ class CourseSpawner(LocalProcessSpawner):
         role = self._role()
         env.update({
             "JUPYTER_CONFIG_PATH": str(HERE / "jupyter-config" / role),
-            "LECTURE07_EXCHANGE": EXCHANGE,
+            "LECTURE07_NGSHARE_URL": NGSHARE_URL,
             "LECTURE07_COURSE_ID": COURSE_ID,
             "OMP_NUM_THREADS": "1",
             "PATH": f"{Path(VENV) / 'bin'}:{env.get('PATH') or '/usr/local/bin:/usr/bin:/bin'}",
@@ -242,15 +252,58 @@ class CourseSpawner(LocalProcessSpawner):
 
 c.JupyterHub.spawner_class = CourseSpawner
 
-# ---------------------------------------------------------------- 空闲回收
+# ---------------------------------------------------------------- 空闲回收、交换服务
 # 一小时没有活动的服务器被停掉（学生的文件都在家目录里，下次登录再启动）
 c.JupyterHub.load_roles = [{
     "name": "jupyterhub-idle-culler-role",
     "scopes": ["list:users", "read:users:activity", "read:servers", "delete:servers"],
     "services": ["jupyterhub-idle-culler-service"],
+}, {
+    # 名单同步只需要读这门课的两个组
+    "name": "ngshare-roster-role",
+    "scopes": [f"read:groups!group={STUDENTS_GROUP}", f"read:groups!group={GRADERS_GROUP}"],
+    "services": ["ngshare-roster"],
 }]
+# ngshare 的管理员就是名单同步服务 ngshare-roster（ngshare 只按名字认人，分不出同名的 hub 用户和服务）
+if "ngshare-roster" in set(STUDENTS) | set(INSTRUCTORS) | set(ADMINS):
+    raise SystemExit("hub 用户不能叫 ngshare-roster：这是交换服务的管理员（名单同步服务）的名字")
+# ngshare 的数据目录：只属于 ngshare 的系统用户（学生、助教的服务器都不挂它、读不到它）
+try:
+    _ngshare_user = pwd.getpwnam(NGSHARE_USER)
+except KeyError:
+    raise SystemExit(f"没有系统用户 {NGSHARE_USER}（交换服务 ngshare 以它运行）：先 useradd --system "
+                     f"--no-create-home --shell /usr/sbin/nologin {NGSHARE_USER}") from None
+if not Path(NGSHARE_PYTHON).exists():
+    raise SystemExit(f"没有 ngshare 的 venv（{NGSHARE_PYTHON}）：make hub-deps，或用 LECTURE07_HUB_NGSHARE_PYTHON 指定")
+NGSHARE_DATA.mkdir(parents=True, exist_ok=True)
+if os.geteuid() == 0:
+    os.chown(NGSHARE_DATA, _ngshare_user.pw_uid, _ngshare_user.pw_gid)
+os.chmod(NGSHARE_DATA, 0o700)
 c.JupyterHub.services = [{
     "name": "jupyterhub-idle-culler-service",
     "command": [sys.executable, "-m", "jupyterhub_idle_culler",
                 f"--timeout={setting('IDLE_TIMEOUT', '3600')}", "--cull-every=300"],
+}, {
+    # 交换服务：ngshare 用调用者的 token 向 hub 问“你是谁”（/hub/api/user），再按它自己的课程名单放行。
+    # 它监听 0.0.0.0:NGSHARE_PORT（ngshare 自己这样写死）：请在防火墙上只放行本机（见 README）。
+    # 唯一的 ngshare 管理员是下面的 ngshare-roster 服务（它建课程、同步名单）；别让 hub 里有同名的用户。
+    "name": "ngshare",
+    "url": f"http://127.0.0.1:{NGSHARE_PORT}",
+    "user": NGSHARE_USER,
+    "cwd": str(NGSHARE_DATA),
+    "command": [NGSHARE_PYTHON, "-m", "ngshare", "--admins", "ngshare-roster",
+                "--database", f"sqlite:///{NGSHARE_DATA / 'ngshare.db'}", "--storage", f"{NGSHARE_DATA / 'files'}/"],
+    "oauth_no_confirm": True,
+}, {
+    # 把 hub 的两个组同步成 ngshare 里这门课的教师和学生（启动时一次，之后每 ROSTER_INTERVAL 秒一次）
+    "name": "ngshare-roster",
+    "user": NGSHARE_USER,
+    "command": [sys.executable, str(HERE / "ngshare_roster.py")],
+    "environment": {
+        "LECTURE07_COURSE_ID": COURSE_ID,
+        "LECTURE07_NGSHARE_URL": NGSHARE_URL,
+        "LECTURE07_STUDENTS_GROUP": STUDENTS_GROUP,
+        "LECTURE07_GRADERS_GROUP": GRADERS_GROUP,
+        "LECTURE07_ROSTER_INTERVAL": setting("ROSTER_INTERVAL", "60"),
+    },
 }]

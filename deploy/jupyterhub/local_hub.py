@@ -5,8 +5,9 @@
 
 要 root：LocalProcessSpawner 以每个学生自己的系统用户启动服务器。它做的事和正式开课时管理员做的一样：
 建系统用户（instructor1、student1..3，已有的不动）和评分组，把课程目录复制到 BASE/course
-（评分组可读写、setgid，学生不可读），建交换目录 BASE/exchange（1777），然后用 dummy 认证
-（密码见输出）在前台运行 jupyterhub -f deploy/jupyterhub/jupyterhub_config.py。Ctrl+C 停止。
+（评分组可读写、setgid，学生不可读），建交换服务 ngshare 的系统用户 lecture07-ngshare 和它的数据目录
+BASE/ngshare（只属于它，700），然后用 dummy 认证（密码见输出）在前台运行
+jupyterhub -f deploy/jupyterhub/jupyterhub_config.py（hub 连同 ngshare 和名单同步服务一起启动）。Ctrl+C 停止。
 
 默认只监听 127.0.0.1（密码是公开的、学生有终端）；--public（或 LECTURE07_HUB_PUBLIC=1）才监听 0.0.0.0。
 运行期间仓库里的 .git、source/、solutions/、tests/ 去掉 other 的权限（学生的服务器要走进仓库的 .venv，
@@ -41,6 +42,19 @@ def ensure_group(name: str, created: list[str] | None = None) -> int:
         if created is not None:
             created.append(f"group {name}")
         return grp.getgrnam(name).gr_gid
+
+
+def ensure_service_user(name: str, created: list[str] | None = None) -> pwd.struct_passwd:
+    """交换服务 ngshare 的系统用户：没有家目录、不能登录；已有的不动。"""
+    try:
+        return pwd.getpwnam(name)
+    except KeyError:
+        pass
+    subprocess.run(["useradd", "--system", "--no-create-home", "--home-dir", "/nonexistent",
+                    "--shell", "/usr/sbin/nologin", "--user-group", name], check=True)
+    if created is not None:
+        created.append(f"service {name}")
+    return pwd.getpwnam(name)
 
 
 def ensure_user(name: str, home: Path | None = None, groups: tuple[str, ...] = (),
@@ -122,8 +136,8 @@ def venv_python() -> Path:
 
 def prepare(base: Path, students: list[str], instructors: list[str], *, homes: Path | None = None,
             graders_group: str = "lecture07-graders", password: str = "lecture07",
-            course_id: str = "cs224n-lecture07") -> dict[str, str]:
-    """搭好课程目录、交换目录和用户；返回启动 hub 要的环境变量（LECTURE07_HUB_*）。"""
+            course_id: str = "cs224n-lecture07", ngshare_user: str = "lecture07-ngshare") -> dict[str, str]:
+    """搭好课程目录、交换服务的数据目录和用户；返回启动 hub 要的环境变量（LECTURE07_HUB_*）。"""
     base.mkdir(parents=True, exist_ok=True)
     os.chmod(base, 0o755)
     lib = base / "lib"
@@ -134,6 +148,7 @@ def prepare(base: Path, students: list[str], instructors: list[str], *, homes: P
             ensure_user(name, homes / name if homes else None, (graders_group,), created, lib)
         for name in students:
             ensure_user(name, homes / name if homes else None, (), created, lib)
+        service = ensure_service_user(ngshare_user, created)
     finally:
         if created:
             with open(base / CREATED, "a", encoding="utf-8") as f:
@@ -166,15 +181,11 @@ def prepare(base: Path, students: list[str], instructors: list[str], *, homes: P
     # 学生导入的课程代码：只读的一份 lib/
     if not lib.exists():
         shutil.copytree(REPO / "lib", lib, ignore=shutil.ignore_patterns("__pycache__"))
-    # nbgrader 的交换目录：全体可写，带粘滞位（nbgrader 自己再建 inbound 2733、outbound 755、feedback 711）
-    exchange = base / "exchange"
-    exchange.mkdir(exist_ok=True)
-    os.chmod(exchange, 0o1777)
-    # 这门课在交换目录里的文件夹归评分组（setgid）：哪位助教 collect 都能读到学生的提交
-    course_exchange = exchange / course_id
-    course_exchange.mkdir(exist_ok=True)
-    os.chown(course_exchange, owner, gid)
-    os.chmod(course_exchange, 0o2775)
+    # 交换服务 ngshare 的数据（SQLite 数据库 + 发布的作业、提交、反馈）：只属于它的系统用户，谁的服务器都不挂它
+    ngshare = base / "ngshare"
+    ngshare.mkdir(exist_ok=True)
+    os.chown(ngshare, service.pw_uid, service.pw_gid)
+    os.chmod(ngshare, 0o700)
     data = base / "hub"
     data.mkdir(exist_ok=True)
     os.chmod(data, 0o700)
@@ -183,7 +194,8 @@ def prepare(base: Path, students: list[str], instructors: list[str], *, homes: P
         "LECTURE07_HUB_AUTH": "dummy",
         "LECTURE07_HUB_DUMMY_PASSWORD": password,
         "LECTURE07_HUB_COURSE_ROOT": str(course),
-        "LECTURE07_HUB_EXCHANGE": str(exchange),
+        "LECTURE07_HUB_NGSHARE_USER": ngshare_user,
+        "LECTURE07_HUB_NGSHARE_DATA": str(ngshare),
         "LECTURE07_HUB_LIB": str(lib),
         "LECTURE07_HUB_DATA": str(data),
         "LECTURE07_HUB_VENV": sys.prefix,
@@ -202,6 +214,10 @@ def clean(base: Path) -> int:
             subprocess.run(["pkill", "-KILL", "-u", name], capture_output=True)  # 这个用户的进程（按 uid）
             r = subprocess.run(["userdel", "--remove", name], capture_output=True, text=True)
             print(f"删除用户 {name}：{'好' if r.returncode == 0 else r.stderr.strip()}")
+        elif kind == "service":  # ngshare 的系统用户：没有家目录
+            subprocess.run(["pkill", "-KILL", "-u", name], capture_output=True)
+            r = subprocess.run(["userdel", name], capture_output=True, text=True)
+            print(f"删除系统用户 {name}：{'好' if r.returncode == 0 else r.stderr.strip()}")
     for kind, name in entries:
         if kind == "group":
             r = subprocess.run(["groupdel", name], capture_output=True, text=True)
@@ -229,7 +245,7 @@ def clean(base: Path) -> int:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description="在本机起一个试用的 JupyterHub（要 root）")
-    ap.add_argument("--base", default="/srv/lecture07-try", help="课程目录、交换目录和 hub 数据放在这里")
+    ap.add_argument("--base", default="/srv/lecture07-try", help="课程目录、交换服务的数据和 hub 数据放在这里")
     ap.add_argument("--port", type=int, default=8000)
     ap.add_argument("--students", default="student1,student2,student3")
     ap.add_argument("--instructors", default="instructor1")
@@ -245,9 +261,9 @@ def main() -> int:
         return clean(Path(args.base))
     students, instructors = args.students.split(","), args.instructors.split(",")
     env = prepare(Path(args.base), students, instructors, password=args.password)
-    changed = make_traversable(venv_python(), HERE) + hide_private()
+    changed = make_traversable(venv_python(), Path(sys.prefix) / "ngshare" / "bin" / "python", HERE) + hide_private()
     if changed:
-        print("临时改了这些路径的权限（上级目录加 o+x：学生的服务器要走到 venv 的 Python；答案、隐藏测试和 .git "
+        print("临时改了这些路径的权限（上级目录加 o+x：学生的服务器和 ngshare 要走到 venv 的 Python；答案、隐藏测试和 .git "
               "去掉 other 权限），hub 停止时改回：", "、".join(str(p) for p, _ in changed))
     env["LECTURE07_HUB_URL"] = f"http://{'0.0.0.0' if args.public else '127.0.0.1'}:{args.port}"
     if args.public:
@@ -255,7 +271,8 @@ def main() -> int:
               "并在终端里以这些用户运行命令。只在可信的网络里这样做，用完 Ctrl+C。", file=sys.stderr)
     print(f"JupyterHub：http://127.0.0.1:{args.port}/  密码都是 {args.password!r}（dummy 认证，只用于试用）")
     print(f"  学生：{'、'.join(students)}；教师：{'、'.join(instructors)}（课程目录 {env['LECTURE07_HUB_COURSE_ROOT']}）")
-    print("  教师发布作业：在 hub 的终端里 cd ~/lecture07 && nbgrader release_assignment exercises")
+    print("  教师发布作业：在 hub 的终端里 cd ~/lecture07 && nbgrader release_assignment exercises"
+          f"（交换服务 ngshare，数据在 {env['LECTURE07_HUB_NGSHARE_DATA']}）")
     hub = subprocess.Popen([str(Path(sys.prefix) / "bin" / "jupyterhub"), "-f", str(HERE / "jupyterhub_config.py")],
                            cwd=env["LECTURE07_HUB_DATA"], env={**os.environ, **env})
     try:

@@ -1,6 +1,11 @@
-"""学生的 nbgrader 设置（JupyterHub 通过 JUPYTER_CONFIG_PATH 给学生的服务器加载）：只需要交换目录和课程编号。"""
+"""学生的 nbgrader 设置（JupyterHub 通过 JUPYTER_CONFIG_PATH 给学生的服务器加载）：交换服务 ngshare 和课程编号。"""
 import os
+from pathlib import Path
 
 c = get_config()  # noqa: F821
-c.Exchange.root = os.environ["LECTURE07_EXCHANGE"]
+# 交换设置和教师/助教共用（../ngshare_exchange.py）；load_subconfig 找不到文件时不报错，所以先检查
+_shared = Path(__file__).resolve().parents[1] / "ngshare_exchange.py"
+if not _shared.is_file():
+    raise FileNotFoundError(f"缺少交换设置 {_shared}")
+load_subconfig(_shared.name, path=str(_shared.parent))  # noqa: F821
 c.CourseDirectory.course_id = os.environ["LECTURE07_COURSE_ID"]
