@@ -10,6 +10,7 @@ import ast
 import re
 from pathlib import Path
 
+import pytest
 import yaml
 
 K8S = Path(__file__).resolve().parents[1] / "deploy" / "zero-to-jupyterhub"
@@ -149,3 +150,144 @@ def test_chart_version_matches_image_jupyterhub():
     image = re.search(r"jupyterhub==(\d+)\.", (K8S / "Dockerfile").read_text(encoding="utf-8")).group(1)
     # chart 4.x 的 hub 是 JupyterHub 5.x（4.3.3 → 5.4.4）
     assert (chart.split(".")[0], image) == ("4", "5"), (chart, image)
+
+
+# ---- 用真的 KubeSpawner 生成学生和助教的 pod 清单 ----
+# chart 把 values.yaml 交给 hub 里的 jupyterhub_config.py（z2jh 4.3.3 的 jupyterhub/files/hub/jupyterhub_config.py），
+# 它再把 singleuser.* 设成 KubeSpawner 的选项、最后 exec hub.extraConfig。下面照抄这份配置里本课程用到的那几段，
+# 和 chart 4.3.3 的 values.yaml 里这些键的默认值；pod 清单本身由 KubeSpawner 生成（不连 Kubernetes）。
+CHART_SINGLEUSER_DEFAULTS = {
+    "uid": 1000, "fsGid": 100, "allowPrivilegeEscalation": False, "cmd": "jupyterhub-singleuser",
+    "extraLabels": {"hub.jupyter.org/network-access-hub": "true"}, "extraEnv": {}, "lifecycleHooks": {},
+    "memory": {"guarantee": "1G"}, "cpu": {},
+    "storage": {"type": "dynamic", "capacity": "10Gi", "homeMountPath": "/home/jovyan",
+                "dynamic": {"volumeNameTemplate": "volume-{user_server}", "storageAccessModes": ["ReadWriteOnce"]}},
+}
+GRADERS, STUDENTS = "formgrade-cs224n-lecture07", "nbgrader-cs224n-lecture07"
+
+
+def _merged(defaults: dict, values: dict) -> dict:
+    out = dict(defaults)
+    for key, value in values.items():
+        out[key] = _merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def _z2jh_config(values: dict):
+    """chart 的 jupyterhub_config.py 里和这份 values.yaml 有关的几段（同样的键、同样的顺序）。"""
+    from traitlets.config import Config
+
+    c = Config()
+    single = _merged(CHART_SINGLEUSER_DEFAULTS, values["singleuser"])
+    for trait, key in [("uid", "uid"), ("fs_gid", "fsGid"), ("extra_labels", "extraLabels"),
+                       ("lifecycle_hooks", "lifecycleHooks"), ("environment", "extraEnv")]:
+        if single.get(key) is not None:
+            c.KubeSpawner[trait] = single[key]
+    for trait, (group, key) in {"mem_limit": ("memory", "limit"), "mem_guarantee": ("memory", "guarantee"),
+                                "cpu_limit": ("cpu", "limit"), "cpu_guarantee": ("cpu", "guarantee")}.items():
+        if single[group].get(key) is not None:
+            c.KubeSpawner[trait] = single[group][key]
+    c.KubeSpawner.image = f"{single['image']['name']}:{single['image']['tag']}"
+    c.KubeSpawner.allow_privilege_escalation = single["allowPrivilegeEscalation"]
+    storage = single["storage"]
+    assert storage["type"] == "dynamic"
+    name = storage["dynamic"]["volumeNameTemplate"]
+    c.KubeSpawner.storage_pvc_ensure = True
+    c.KubeSpawner.storage_capacity = storage["capacity"]
+    c.KubeSpawner.volumes = {name: {"name": name, "persistentVolumeClaim": {"claimName": "{pvc_name}"}}}
+    c.KubeSpawner.volume_mounts = {name: {"mountPath": storage["homeMountPath"], "name": name, "subPath": None}}
+    extra = storage.get("extraVolumes") or {}
+    volumes = {**c.KubeSpawner.volumes, **(extra if isinstance(extra, dict) else {v["name"]: v for v in extra})}
+    extra = storage.get("extraVolumeMounts") or {}
+    mounts = {**c.KubeSpawner.volume_mounts,
+              **(extra if isinstance(extra, dict) else {f"{i}-{m['name']}": m for i, m in enumerate(extra)})}
+    c.KubeSpawner.volumes, c.KubeSpawner.volume_mounts = volumes, mounts
+    c.Spawner.cmd = single["cmd"]
+    c.Spawner.default_url = single["defaultUrl"]
+    for key, code in sorted(values["hub"]["extraConfig"].items()):
+        exec(code, {"c": c})
+    return c
+
+
+def _pod(values: dict, name: str, group: str) -> dict:
+    """KubeSpawner 给这个用户生成的 pod 清单（先跑 pre_spawn_hook，和 hub 启动服务器时一样）。"""
+    import asyncio
+
+    from kubernetes_asyncio.client import ApiClient
+    from kubespawner import KubeSpawner
+
+    user = type("User", (), {"name": name, "id": 7, "url": f"/user/{name}/",
+                             "groups": [type("Group", (), {"name": group})()]})()
+
+    async def build():
+        spawner = KubeSpawner(config=_z2jh_config(values), user=user, _mock=True)
+        spawner.run_pre_spawn_hook()
+        async with ApiClient() as api:
+            return api.sanitize_for_serialization(await spawner.get_pod_manifest())
+
+    return asyncio.run(build())
+
+
+@pytest.fixture
+def kubeconfig(tmp_path, monkeypatch):
+    """KubeSpawner 一创建就读 kube-config（只读配置，不连集群）：给它一个指向不存在的集群的。"""
+    path = tmp_path / "kubeconfig"
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "trial",
+        "clusters": [{"name": "trial", "cluster": {"server": "https://127.0.0.1:9"}}],
+        "contexts": [{"name": "trial", "context": {"cluster": "trial", "user": "trial", "namespace": "lecture07"}}],
+        "users": [{"name": "trial", "user": {"token": "not-a-real-token"}}]}), encoding="utf-8")
+    monkeypatch.setenv("KUBECONFIG", str(path))
+
+
+def _check_pod(pod: dict, grader: bool) -> None:
+    """一个 pod 清单该有的样子；不符合时抛出 AssertionError，说明哪里不对。"""
+    spec = pod["spec"]
+    (container,) = spec["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert container["image"] == "registry.example.edu/lecture07:v1", container["image"]
+    # JupyterHub 的 G 是 2^30 字节：1.2G 是 1,288,490,188 字节，2G 是 2,147,483,648 字节
+    assert container["resources"] == {"requests": {"memory": int(1.2 * 2**30), "cpu": 0.1},
+                                      "limits": {"memory": 2 * 2**30, "cpu": 1.0}}, container["resources"]
+    assert env["OMP_NUM_THREADS"] == "1"
+    assert env["JUPYTER_CONFIG_PATH"] == f"/opt/lecture07/jupyter-config/{'grader' if grader else 'student'}"
+    assert env["LECTURE07_NGSHARE_URL"] == "http://proxy-public/services/ngshare"
+    assert ("LECTURE07_COURSE_ROOT" in env) == grader, "只有助教的服务器知道课程目录在哪里"
+    claims = sorted(v["persistentVolumeClaim"]["claimName"] for v in spec["volumes"] if "persistentVolumeClaim" in v)
+    home = f"claim-{pod['metadata']['labels']['hub.jupyter.org/username']}"
+    assert claims == sorted([home] + (["lecture07-course"] if grader else [])), f"pod 挂的卷：{claims}"
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    assert "/home/jovyan" in mounts.values()
+    assert (mounts.get("course") == "/home/jovyan/lecture07") == grader
+    assert not any("exchange" in m for m in mounts.values()), "交换走 ngshare，不挂交换目录"
+    assert container["securityContext"]["runAsUser"] == 1000
+    assert container["securityContext"]["allowPrivilegeEscalation"] is False
+    assert spec["securityContext"]["fsGroup"] == 100
+    assert container["lifecycle"]["postStart"]["exec"]["command"][-1] == "ln -sfn /opt/lecture07/lib /home/jovyan/lib"
+
+
+def test_kubespawner_builds_the_student_and_grader_pods(kubeconfig):
+    values = _values()
+    student = _pod(values, "student1", STUDENTS)
+    grader = _pod(values, "instructor1", GRADERS)
+    _check_pod(student, grader=False)
+    _check_pod(grader, grader=True)
+    # 两个 pod 只差这几处：课程目录的卷和挂载、两个环境变量
+    assert student["spec"]["containers"][0]["args"] == grader["spec"]["containers"][0]["args"]
+
+
+def test_pod_check_rejects_a_course_volume_for_students_and_an_exchange_volume(kubeconfig):
+    """变异：把课程目录也挂给学生、或者把交换目录卷放回去，上面的检查必须失败。"""
+    values = _values()
+    to_everyone = yaml.safe_load(yaml.safe_dump(values))
+    hook = to_everyone["hub"]["extraConfig"]["lecture07-roles"]
+    to_everyone["hub"]["extraConfig"]["lecture07-roles"] = hook.replace("    if graders:\n", "    if True:\n")
+    assert to_everyone["hub"]["extraConfig"]["lecture07-roles"] != hook
+    with pytest.raises(AssertionError, match="LECTURE07_COURSE_ROOT|pod 挂的卷"):
+        _check_pod(_pod(to_everyone, "student1", STUDENTS), grader=False)
+    exchange = yaml.safe_load(yaml.safe_dump(values))
+    exchange["singleuser"]["storage"]["extraVolumes"] = [
+        {"name": "exchange", "persistentVolumeClaim": {"claimName": "lecture07-exchange"}}]
+    exchange["singleuser"]["storage"]["extraVolumeMounts"] = [{"name": "exchange", "mountPath": "/srv/nbgrader/exchange"}]
+    with pytest.raises(AssertionError, match="pod 挂的卷|交换"):
+        _check_pod(_pod(exchange, "student1", STUDENTS), grader=False)
