@@ -1,7 +1,9 @@
 """Zero to JupyterHub 的配置（deploy/zero-to-jupyterhub/）：YAML 语法、用到的键在 chart 期望的位置、spawn 钩子能编译，
 交换服务 ngshare 的几处配置（values.yaml 的 hub.services / loadRoles、ngshare.yaml）彼此对得上。
 
-不在 Kubernetes 上运行：只防止 values.yaml 里出现 chart 不认识的键（例如 hub.loadGroups，chart 会静默忽略它，
+最后两个测试用真的 KubeSpawner（不连集群）从 values.yaml 生成学生和助教的 pod 清单，检查镜像、资源、环境变量和卷。
+
+不在 Kubernetes 上运行：前面几个测试防止 values.yaml 里出现 chart 不认识的键（例如 hub.loadGroups，chart 会静默忽略它，
 学生就没有组、谁都不是助教）。键名来自 chart 的 values.schema.json（hub、singleuser、cull、prePuller、scheduling 的文档）。
 """
 from __future__ import annotations
