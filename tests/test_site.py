@@ -23,6 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from free_port import free_port  # noqa: E402
 from test_browser import CHROMIUM, CHROMIUM_ARGS  # noqa: E402
 
+from lib.tools import build_site  # noqa: E402
+
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[1]
 SIZES = {"phone": (390, 844), "laptop": (1366, 900)}
@@ -61,6 +63,9 @@ def test_the_site_has_every_page_in_lecture_order_and_only_student_versions(site
         assert len(got) == 1 and got[0].read_bytes() == (REPO / rel).read_bytes(), rel
     assert not list(site.rglob("*.ipynb_checkpoints"))
     assert "Author name not set" not in index and "作者" not in index
+    page = (site / "notebooks" / "05_positional_encoding.html").read_text(encoding="utf-8")
+    for english, chinese in build_site.UI_STRINGS.items():  # 主题没翻译的界面文字换成了中文
+        assert f'"{english}"' not in page and f'"{chinese}"' in page, english
 
 
 class _Quiet(http.server.SimpleHTTPRequestHandler):

@@ -98,6 +98,7 @@ CONF = '''
 project = "第 7 讲：自注意力与 Transformer"
 author = copyright = "第 7 讲课程组"
 language = "zh_CN"
+locale_dirs = ["locale"]            # 补上主题没翻译的几句界面文字（见 lib/tools/build_site.py 的 UI_STRINGS）
 extensions = ["myst_nb"]
 nb_execution_mode = "off"          # 只用存下的输出
 nb_output_stderr = "remove"
@@ -156,6 +157,22 @@ def _chinese_sidebar_button(templates: Path) -> None:
     (templates / "sidebar-collapse.html").write_text(text, encoding="utf-8")
 
 
+# 主题和 Sphinx 自带的中文翻译里缺的几句界面文字（按钮的提示、读屏软件念的名字）。Sphinx 先查 conf.py 的 locale_dirs，
+# 再查它自己的和主题的翻译；.po 由 Sphinx 在构建时编译成 .mo。
+UI_STRINGS = {"Color mode": "颜色模式", "System Settings": "跟随系统", "Breadcrumb": "路径导航",
+              "Link to this heading": "链接到这个标题"}
+
+
+def _chinese_ui_strings(build: Path) -> None:
+    quote = lambda text: '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    po = ['msgid ""', 'msgstr "Content-Type: text/plain; charset=UTF-8\\n"', ""]
+    for english, chinese in UI_STRINGS.items():
+        po += [f"msgid {quote(english)}", f"msgstr {quote(chinese)}", ""]
+    folder = build / "locale" / "zh_CN" / "LC_MESSAGES"
+    folder.mkdir(parents=True)
+    (folder / "sphinx.po").write_text("\n".join(po), encoding="utf-8")
+
+
 def prepare(build: Path = BUILD) -> list[str]:
     """在 build/ 里准备好 Sphinx 的源：conf.py、首页、两个目录页（讲义各节、练习）、复制过来的 notebook。
     返回每页的标题（按顺序）。"""
@@ -165,6 +182,7 @@ def prepare(build: Path = BUILD) -> list[str]:
     for name, text in (("colab-badge.svg", BADGE), ("course.css", CSS), ("search-zh.js", SEARCH_JS), ("favicon.svg", FAVICON)):
         (static / name).write_text(text, encoding="utf-8")
     _chinese_sidebar_button(build / "_templates")
+    _chinese_ui_strings(build)
     (build / "conf.py").write_text(CONF.replace('"search_terms.txt"', repr(str(build / "search_terms.txt"))),
                                    encoding="utf-8")
     (build / "search_terms.txt").write_text("".join(f"{t.replace(' ', '')} 100000\n" for t in search_terms()),
