@@ -149,7 +149,11 @@ def test_exchange_is_the_ngshare_service():
 def test_chart_version_matches_image_jupyterhub():
     values_text = (K8S / "values.yaml").read_text(encoding="utf-8")
     chart = re.search(r"--version (\d+\.\d+\.\d+)", values_text).group(1)
-    image = re.search(r"jupyterhub==(\d+)\.", (K8S / "Dockerfile").read_text(encoding="utf-8")).group(1)
+    dockerfile = (K8S / "Dockerfile").read_text(encoding="utf-8")
+    image = re.search(r"jupyterhub==(\d+)\.", dockerfile).group(1)
+    # ngshare 的 venv 里的 jupyterhub 也是 hub 的版本（requirements-ngshare.txt 写的是单机版的 6.1.1）
+    assert set(re.findall(r"jupyterhub==(\d[\d.]*)", dockerfile)) == {"5.4.4"}, dockerfile
+    assert "requirements-ngshare-k8s.txt" in dockerfile.split("python -m venv /opt/ngshare")[1].split("\n")[0]
     # chart 4.x 的 hub 是 JupyterHub 5.x（4.3.3 → 5.4.4）
     assert (chart.split(".")[0], image) == ("4", "5"), (chart, image)
 
