@@ -38,6 +38,7 @@ import multiprocessing as mp
 import os
 import pwd
 import shutil
+import socket
 import signal
 import stat
 import subprocess
@@ -805,6 +806,33 @@ def _as_student(name: str, *args: str, cwd: str = "/") -> subprocess.CompletedPr
     return subprocess.run(list(args), cwd=cwd, user=entry.pw_uid, group=entry.pw_gid, extra_groups=[],
                           env={"HOME": entry.pw_dir, "PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"},
                           capture_output=True, text=True, timeout=60)
+
+
+def _listening(port: int) -> list[str]:
+    """在这个端口上 LISTEN 的本地地址（读 /proc/net/tcp、tcp6：不用装 ss/netstat）。"""
+    import ipaddress
+    found = []
+    for table, width in (("/proc/net/tcp", 4), ("/proc/net/tcp6", 16)):
+        for line in Path(table).read_text().splitlines()[1:]:
+            local, state = line.split()[1], line.split()[3]
+            address, hex_port = local.split(":")
+            if state == "0A" and int(hex_port, 16) == port:  # 0A：LISTEN
+                raw = bytes.fromhex(address)
+                raw = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))  # 每 4 字节是主机字节序
+                found.append(str(ipaddress.ip_address(raw)))
+    return found
+
+
+def test_ngshare_listens_only_on_this_machine(hub):
+    """ngshare 自己写死监听 0.0.0.0；单机版经 ngshare_local.py 只监听 127.0.0.1：别的机器连不上它的端口。"""
+    port = int(hub["env"]["LECTURE07_HUB_NGSHARE_PORT"])
+    assert _listening(port) == ["127.0.0.1"], _listening(port)
+    outward = [a for a in subprocess.run(["hostname", "-I"], capture_output=True, text=True).stdout.split()
+               if ":" not in a and not a.startswith("127.")]
+    for address in outward:  # 本机对外的地址：连不上
+        with pytest.raises(OSError):
+            socket.create_connection((address, port), timeout=3).close()
+    socket.create_connection(("127.0.0.1", port), timeout=3).close()  # 本机能连
 
 
 def test_students_cannot_read_answers(course):

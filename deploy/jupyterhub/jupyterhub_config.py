@@ -285,13 +285,13 @@ c.JupyterHub.services = [{
                 f"--timeout={setting('IDLE_TIMEOUT', '3600')}", "--cull-every=300"],
 }, {
     # 交换服务：ngshare 用调用者的 token 向 hub 问“你是谁”（/hub/api/user），再按它自己的课程名单放行。
-    # 它监听 0.0.0.0:NGSHARE_PORT（ngshare 自己这样写死）：请在防火墙上只放行本机（见 README）。
+    # ngshare 自己把监听地址写死成 0.0.0.0；ngshare_local.py 让它只监听 127.0.0.1（别的机器连不上这个端口）。
     # 唯一的 ngshare 管理员是下面的 ngshare-roster 服务（它建课程、同步名单）；别让 hub 里有同名的用户。
     "name": "ngshare",
     "url": f"http://127.0.0.1:{NGSHARE_PORT}",
     "user": NGSHARE_USER,
     "cwd": str(NGSHARE_DATA),
-    "command": [NGSHARE_PYTHON, "-m", "ngshare", "--admins", "ngshare-roster",
+    "command": [NGSHARE_PYTHON, str(HERE / "ngshare_local.py"), "--admins", "ngshare-roster",
                 "--database", f"sqlite:///{NGSHARE_DATA / 'ngshare.db'}", "--storage", f"{NGSHARE_DATA / 'files'}/"],
     "oauth_no_confirm": True,
 }, {
