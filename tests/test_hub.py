@@ -995,3 +995,60 @@ def test_clean_removes_only_what_make_hub_created(system_users):
             subprocess.run(["userdel", "--remove", name], capture_output=True)
         subprocess.run(["groupdel", group], capture_output=True)
         shutil.rmtree(base, ignore_errors=True)
+
+
+def test_local_hub_wants_user_names_not_counts(tmp_path):
+    """--students 3 是人数的误会：不建出叫“3”的系统用户，说清楚要的是逗号分开的用户名。"""
+    assert local_hub.user_names("student1, ta-2,_x", "--students") == ["student1", "ta-2", "_x"]
+    for bad in ("3", "Student1", "a b", "", "x" * 40):
+        with pytest.raises(ValueError, match="逗号分开的用户名"):
+            local_hub.user_names(bad, "--students")
+    if os.geteuid() != 0:
+        pytest.skip("local_hub.py 要以 root 运行")
+    base = tmp_path / "try"
+    p = subprocess.run([sys.executable, str(DEPLOY / "local_hub.py"), "--base", str(base), "--students", "3",
+                        "--instructors", "1"], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "不是人数" in p.stderr, p.stdout + p.stderr
+    for name in ("3", "1"):
+        with pytest.raises(KeyError):
+            pwd.getpwnam(name)
+    assert not base.exists()
+
+
+def test_local_hub_stops_on_sigterm_and_gives_the_repo_back(system_users, tmp_path):
+    """make hub 在后台运行（SIGINT 被忽略，像 nohup / cmd &）时，kill（SIGTERM）也让它很快停下，并把仓库的权限改回。"""
+    top = Path(tempfile.mkdtemp(prefix="l07sig-", dir="/tmp"))  # ngshare 的用户要走得进 BASE（pytest 的 tmp_path 是 700）
+    os.chmod(top, 0o755)
+    base, port = top / "try", free_port()
+    modes = {p: stat.S_IMODE((REPO_ROOT / p).stat().st_mode) for p in (".git", "solutions")}
+    log = open(tmp_path / "hub.log", "wb")  # 不用管道：hub 的日志写满管道就停住了
+    proc = subprocess.Popen([sys.executable, str(DEPLOY / "local_hub.py"), "--base", str(base), "--port", str(port),
+                             "--students", f"{PREFIX}sgs", "--instructors", f"{PREFIX}sgt"],
+                            stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **{
+                                f"LECTURE07_HUB_{k}_PORT": str(free_port()) for k in ("HUB", "PROXY_API", "NGSHARE")}},
+                            start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            assert proc.poll() is None, (tmp_path / "hub.log").read_text(errors="replace")[-3000:]
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/hub/api/", timeout=3):
+                    break
+            except OSError:
+                assert time.monotonic() < deadline, "hub 没有在 90 秒内启动"
+                time.sleep(1)
+        time.sleep(2)  # 等 hub 的服务都起来
+        assert all(stat.S_IMODE((REPO_ROOT / p).stat().st_mode) & 0o007 == 0 for p in modes), "运行时答案对学生不可读"
+        t = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+        assert time.monotonic() - t < 15, f"SIGTERM 之后 {time.monotonic() - t:.0f} 秒才停"
+        assert {p: stat.S_IMODE((REPO_ROOT / p).stat().st_mode) for p in modes} == modes
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        log.close()
+        subprocess.run([sys.executable, str(DEPLOY / "local_hub.py"), "--clean", "--base", str(base)],
+                       capture_output=True, timeout=120)
+        shutil.rmtree(top, ignore_errors=True)

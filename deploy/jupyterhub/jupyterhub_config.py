@@ -162,7 +162,8 @@ class CourseSpawner(LocalProcessSpawner):
             "LECTURE07_NGSHARE_URL": NGSHARE_URL,
             "LECTURE07_COURSE_ID": COURSE_ID,
             "OMP_NUM_THREADS": "1",
-            "PATH": f"{Path(VENV) / 'bin'}:{env.get('PATH') or '/usr/local/bin:/usr/bin:/bin'}",
+            # 不沿用 hub 进程（root）的 PATH（里面可能有 /root/... 下的工具）：课程 venv + 系统目录
+            "PATH": f"{Path(VENV) / 'bin'}:/usr/local/bin:/usr/bin:/bin",
         })
         if role == "grader":
             env["LECTURE07_COURSE_ROOT"] = str(self._home() / "lecture07")

@@ -19,7 +19,9 @@ import argparse
 import grp
 import os
 import pwd
+import re
 import shutil
+import signal
 import stat
 import subprocess
 import sys
@@ -243,13 +245,24 @@ def clean(base: Path) -> int:
     return 0
 
 
+def user_names(text: str, option: str) -> list[str]:
+    """逗号分开的用户名；不像 Linux 用户名的（例如把人数 3 当成了用户名）报错，不建出叫“3”的系统用户。"""
+    names = [n.strip() for n in text.split(",")]
+    bad = [n for n in names if not re.fullmatch(r"[a-z_][a-z0-9_-]{0,31}", n)]
+    if bad:
+        raise ValueError(f"{option} 要的是逗号分开的用户名（例如 {option} student1,student2,student3），不是人数："
+                         f"{'、'.join(repr(n) for n in bad)} 不能当用户名（要以小写字母开头，只含小写字母、数字、_ 和 -）")
+    return names
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description="在本机起一个试用的 JupyterHub（要 root）")
     ap.add_argument("--base", default="/srv/lecture07-try", help="课程目录、交换服务的数据和 hub 数据放在这里")
-    ap.add_argument("--port", type=int, default=8000)
-    ap.add_argument("--students", default="student1,student2,student3")
-    ap.add_argument("--instructors", default="instructor1")
-    ap.add_argument("--password", default="lecture07")
+    ap.add_argument("--port", type=int, default=8000, help="hub 的端口（默认 8000）")
+    ap.add_argument("--students", default="student1,student2,student3",
+                    help="学生的用户名，逗号分开（不是人数）；没有的系统用户会建出来，--clean 删掉")
+    ap.add_argument("--instructors", default="instructor1", help="教师和助教的用户名，逗号分开（不是人数）")
+    ap.add_argument("--password", default="lecture07", help="所有试用账号共用的密码（dummy 认证）")
     ap.add_argument("--public", action="store_true", default=os.environ.get("LECTURE07_HUB_PUBLIC") == "1",
                     help="监听 0.0.0.0（别的机器也能连上）；默认只监听 127.0.0.1。也可以 LECTURE07_HUB_PUBLIC=1")
     ap.add_argument("--clean", action="store_true", help="删掉试用建的用户、组、BASE 目录和 cgroup，然后退出")
@@ -259,7 +272,15 @@ def main() -> int:
         return 2
     if args.clean:
         return clean(Path(args.base))
-    students, instructors = args.students.split(","), args.instructors.split(",")
+    try:
+        students, instructors = user_names(args.students, "--students"), user_names(args.instructors, "--instructors")
+    except ValueError as e:
+        print(e, file=sys.stderr)
+        return 2
+    venv = Path(sys.prefix).resolve()
+    if REPO.resolve() not in venv.parents:
+        print(f"注意：课程的 venv（{venv}）不在这个仓库里（例如 .venv 是指向另一份仓库的链接）：hub 运行时只收起本仓库的"
+              f"答案、隐藏测试和 .git；{venv.parent} 里如果也有 solutions/、source/，学生读得到。", file=sys.stderr)
     env = prepare(Path(args.base), students, instructors, password=args.password)
     changed = make_traversable(venv_python(), Path(sys.prefix) / "ngshare" / "bin" / "python", HERE) + hide_private()
     if changed:
@@ -273,8 +294,13 @@ def main() -> int:
     print(f"  学生：{'、'.join(students)}；教师：{'、'.join(instructors)}（课程目录 {env['LECTURE07_HUB_COURSE_ROOT']}）")
     print("  教师发布作业：在 hub 的终端里 cd ~/lecture07 && nbgrader release_assignment exercises"
           f"（交换服务 ngshare，数据在 {env['LECTURE07_HUB_NGSHARE_DATA']}）")
+    # 在后台启动时（nohup、cmd &）SIGINT 是被忽略的，hub 和它的服务继承下来，停的时候 hub 发给每个服务的 SIGINT 不起作用，
+    # 要各等约 20 秒才被强行结束：让 hub 从默认的 SIGINT 处理开始
     hub = subprocess.Popen([str(Path(sys.prefix) / "bin" / "jupyterhub"), "-f", str(HERE / "jupyterhub_config.py")],
-                           cwd=env["LECTURE07_HUB_DATA"], env={**os.environ, **env})
+                           cwd=env["LECTURE07_HUB_DATA"], env={**os.environ, **env},
+                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    # kill / systemctl stop（SIGTERM）和 Ctrl+C 一样：让 hub 停掉各用户的服务器，再把权限改回来
+    signal.signal(signal.SIGTERM, lambda *_: hub.send_signal(signal.SIGTERM))
     try:
         return hub.wait()
     except KeyboardInterrupt:  # Ctrl+C 也送到了 hub（同一个进程组）：等它停掉各用户的服务器
