@@ -38,8 +38,8 @@ import multiprocessing as mp
 import os
 import pwd
 import shutil
-import socket
 import signal
+import socket
 import stat
 import subprocess
 import sys
@@ -208,6 +208,23 @@ def _need_hub_tools() -> None:
         pytest.skip("没有 configurable-http-proxy：make hub-deps（npm install --prefix .venv/chp configurable-http-proxy）")
 
 
+def _wait_for_hub(proc: subprocess.Popen, url: str, log: Path, seconds: float = 120) -> None:
+    """等到 hub 的 API 回答 200；进程先退出或超时都让测试失败，附上日志的结尾。"""
+    deadline = time.monotonic() + seconds
+    while True:
+        if proc.poll() is not None:
+            pytest.fail(f"JupyterHub 没能启动：\n{log.read_text(errors='replace')[-3000:]}")
+        try:
+            with urllib.request.urlopen(f"{url}/hub/api/", timeout=5) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            pytest.fail(f"JupyterHub {seconds:.0f} 秒内没有响应")
+        time.sleep(0.5)
+
+
 @contextlib.contextmanager
 def _running_hub(env: dict, base: Path, users: list[str], password: str, instructor: str, students: list[str]):
     """用 env 在前台起 jupyterhub（和 make hub 一样），等到 hub 回答、ngshare-roster 把名单同步进 ngshare；
@@ -223,19 +240,7 @@ def _running_hub(env: dict, base: Path, users: list[str], password: str, instruc
                                     cwd=env["LECTURE07_HUB_DATA"], env={**os.environ, **env},
                                     stdout=log, stderr=subprocess.STDOUT)
         url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 120
-        while True:
-            if hub_proc.poll() is not None:
-                pytest.fail(f"JupyterHub 没能启动：\n{(base / 'hub.log').read_text(errors='replace')[-3000:]}")
-            try:
-                with urllib.request.urlopen(f"{url}/hub/api/", timeout=5) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail("JupyterHub 120 秒内没有响应")
-            time.sleep(0.5)
+        _wait_for_hub(hub_proc, url, base / "hub.log")
         # ngshare-roster 启动时同步一次名单：等到 ngshare 里这门课的学生齐了（教师能列出学生，说明教师也在名单里）
         ngshare, course = _ngshare_url(env), env["LECTURE07_HUB_COURSE_ID"]
         token = _token(url, instructor, password)
@@ -812,7 +817,7 @@ def _listening(port: int) -> list[str]:
     """在这个端口上 LISTEN 的本地地址（读 /proc/net/tcp、tcp6：不用装 ss/netstat）。"""
     import ipaddress
     found = []
-    for table, width in (("/proc/net/tcp", 4), ("/proc/net/tcp6", 16)):
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         for line in Path(table).read_text().splitlines()[1:]:
             local, state = line.split()[1], line.split()[3]
             address, hex_port = local.split(":")
@@ -1028,15 +1033,7 @@ def test_local_hub_stops_on_sigterm_and_gives_the_repo_back(system_users, tmp_pa
                                 f"LECTURE07_HUB_{k}_PORT": str(free_port()) for k in ("HUB", "PROXY_API", "NGSHARE")}},
                             start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     try:
-        deadline = time.monotonic() + 90
-        while True:
-            assert proc.poll() is None, (tmp_path / "hub.log").read_text(errors="replace")[-3000:]
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/hub/api/", timeout=3):
-                    break
-            except OSError:
-                assert time.monotonic() < deadline, "hub 没有在 90 秒内启动"
-                time.sleep(1)
+        _wait_for_hub(proc, f"http://127.0.0.1:{port}", tmp_path / "hub.log")
         time.sleep(2)  # 等 hub 的服务都起来
         assert all(stat.S_IMODE((REPO_ROOT / p).stat().st_mode) & 0o007 == 0 for p in modes), "运行时答案对学生不可读"
         t = time.monotonic()

@@ -164,13 +164,15 @@ UI_STRINGS = {"Color mode": "颜色模式", "System Settings": "跟随系统", "
 
 
 def _chinese_ui_strings(build: Path) -> None:
-    quote = lambda text: '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    po = ['msgid ""', 'msgstr "Content-Type: text/plain; charset=UTF-8\\n"', ""]
+    from babel.messages.catalog import Catalog  # babel 随 Sphinx 安装
+    from babel.messages.pofile import write_po
+    catalog = Catalog(locale="zh_CN")
     for english, chinese in UI_STRINGS.items():
-        po += [f"msgid {quote(english)}", f"msgstr {quote(chinese)}", ""]
+        catalog.add(english, chinese)
     folder = build / "locale" / "zh_CN" / "LC_MESSAGES"
     folder.mkdir(parents=True)
-    (folder / "sphinx.po").write_text("\n".join(po), encoding="utf-8")
+    with open(folder / "sphinx.po", "wb") as f:
+        write_po(f, catalog)
 
 
 def prepare(build: Path = BUILD) -> list[str]:
