@@ -1,13 +1,15 @@
 # 第 7 讲课程仓库的全部命令。新机器上只需要：
 #   make lab    —— 装好课程环境（requirements.txt：学生和助教要用的），检查环境，打开 JupyterLab
 #   make test   —— 再装好测试、JupyterHub 和网站的工具（requirements-dev.txt），跑全部测试（CI 也用它：.ci/run）
-#   make site   —— 静态网站：把 notebook 存下的输出做成网页，放在 _site/（离线可读、可搜索）
+#   make site   —— 静态网站：把 notebook 存下的输出做成网页，放在 _site/（离线可读、可搜索；只在课程环境上加装
+#                  requirements-site.txt）
 #   make hub    —— 在本机起一个试用的 JupyterHub（要 root；只听 127.0.0.1；make hub-clean 删掉它建的用户；见 README“在 JupyterHub 上开课”）
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP_STUDENT := $(VENV)/.installed-student
 STAMP  := $(VENV)/.installed
+STAMP_SITE := $(VENV)/.installed-site
 export PYTHONPATH := $(CURDIR)
 # nbgrader 要在 PATH 上找到 venv 里的 alembic 等命令
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
@@ -37,21 +39,29 @@ $(STAMP): $(STAMP_STUDENT) requirements-dev.txt requirements-site.txt deploy/jup
 	$(PY) -m pip install -q --no-compile -r requirements-dev.txt
 	$(PY) -m pip install -q --no-compile --no-deps -r deploy/jupyterhub/requirements-no-deps.txt
 	$(PY) -m lib.tools.warm_bytecode
-	touch $(STAMP)
+	touch $(STAMP) $(STAMP_SITE)
+
+# make site 只要课程环境（requirements.txt）加上网站的包（requirements-site.txt），不装测试和 JupyterHub 的包
+$(STAMP_SITE): $(STAMP_STUDENT) requirements-site.txt
+	$(PY) -m pip install -q --no-compile -r requirements.txt -r requirements-site.txt
+	touch $(STAMP_SITE)
 
 lab: setup-student
 	$(PY) -m lib.check_env
 	$(VENV)/bin/jupyter lab --notebook-dir=. $(if $(filter 0,$(shell id -u)),--allow-root) notebooks/00_start_here.ipynb
 
-# 浏览器测试要 Chromium，评分沙箱要 bubblewrap，PostgreSQL gradebook 的测试（tests/test_postgres.py）要 Debian 的
-# postgresql（只用它的 initdb/postgres，测试在临时目录里自己起一个服务器）：以 root 运行且有 apt 时自动安装；
-# 装不上时相应的测试会带着原因跳过（评分退回到无沙箱模式并在 status 里注明）。
+# 浏览器测试要 Chromium 和一种中文字体（Debian 的 fonts-noto-cjk：没有它，中文都画成方块，手机宽度的版面量的是方块，
+# tests/test_site.py 会直接失败并提示运行 make system-deps），评分沙箱要 bubblewrap，PostgreSQL gradebook 的测试
+# （tests/test_postgres.py）要 Debian 的 postgresql（只用它的 initdb/postgres，测试在临时目录里自己起一个服务器）：
+# 以 root 运行且有 apt 时自动安装；装不上时相应的测试会带着原因跳过或失败（评分退回到无沙箱模式并在 status 里注明）。
+SYSTEM_PACKAGES := chromium fonts-noto-cjk bubblewrap postgresql
 system-deps:
-	@if command -v chromium >/dev/null && command -v bwrap >/dev/null && ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then :; \
+	@if command -v chromium >/dev/null && command -v bwrap >/dev/null && ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 \
+		&& fc-list :lang=zh 2>/dev/null | grep -q .; then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-		(apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium bubblewrap postgresql >/dev/null) \
-		|| echo "警告：没能安装 chromium / bubblewrap / postgresql，浏览器测试和 PostgreSQL gradebook 的测试将被跳过"; \
-	else echo "提示：请安装 chromium、bubblewrap 和 postgresql（Debian：apt-get install chromium bubblewrap postgresql）"; fi
+		(apt-get update -qq && apt-get install -y -qq --no-install-recommends $(SYSTEM_PACKAGES) >/dev/null) \
+		|| echo "警告：没能安装 $(SYSTEM_PACKAGES)，浏览器测试和 PostgreSQL gradebook 的测试将被跳过或失败"; \
+	else echo "提示：请安装 $(SYSTEM_PACKAGES)（Debian：apt-get install $(SYSTEM_PACKAGES)）"; fi
 
 # JupyterHub 的代理 configurable-http-proxy（npm 包，装在 .venv/chp/）；没有 npm 时以 root 用 apt 装 nodejs，
 # 装完仍没有 npm 才装 npm（NodeSource 的 nodejs 自带 npm，和 Debian 的 npm 包冲突）。
@@ -124,7 +134,7 @@ sweep-report: setup
 	$(PY) -m lib.tools.sweep_report $(if $(KERNELS),--kernels $(KERNELS))
 
 # 静态网站（lib/tools/build_site.py）：notebooks/ 和练习的学生版，用存下的输出，不重新执行；输出在 _site/（git 忽略）
-site: setup
+site: $(STAMP_SITE)
 	$(PY) -m lib.tools.build_site
 
 # 用 nbgrader 从 source/ 重新生成 release/ 和 solutions/

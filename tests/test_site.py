@@ -1,9 +1,13 @@
 """静态网站（make site，lib/tools/build_site.py）：像学生一样在真的浏览器里打开它。
 
-构建一次（要在 60 秒内），然后用无头 Chromium（Playwright）从 file:// 和一个本地的静态服务器各打开一遍，
-手机和笔记本两种宽度：首页、notebook 05（公式和图）、notebook 11（表）、一个练习页、搜索几个中文的词和词组；
-手机宽度下每一页都不横向溢出，目录按钮能打开目录；笔记本上侧栏能收起。下载链接给的是仓库里的原文件。
-每一次打开都记下浏览器发出的全部请求：不能有一个离开网站自己的文件夹（没有 CDN、字体、统计）。
+构建一次（要在 60 秒内），用一个无头 Chromium（Playwright）从 file:// 和一个本地的静态服务器各打开一遍，
+手机和笔记本两种宽度：首页、notebook 05（公式和图）、notebook 11（表）、一个练习页、搜索几个中文的词和词组（http 下
+每条结果有摘要，file:// 下写明怎样看到摘要）；360 像素宽时每一页都不横向溢出；360 和 390 像素宽时标题栏的站点标题、
+搜索和“本页小节”按钮都在屏幕上，“运行这一页”收起成一行、正文第一段在第一屏；目录按钮能打开目录；笔记本上侧栏能收起。
+下载链接给的是仓库里的原文件。每一次打开都记下浏览器发出的全部请求：不能有一个离开网站自己的文件夹（没有 CDN、字体、统计）。
+
+要有中文字体（make system-deps 装 Debian 的 fonts-noto-cjk）：没有的话汉字画成方块，量出来的版面不是学生看到的，
+所以这里直接失败，不跳过。截图在 test-artifacts/site/。
 """
 from __future__ import annotations
 
@@ -20,6 +24,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from cjk_font import missing_cjk_font  # noqa: E402
 from free_port import free_port  # noqa: E402
 from test_browser import CHROMIUM, CHROMIUM_ARGS  # noqa: E402
 
@@ -27,7 +32,8 @@ from lib.tools import build_site  # noqa: E402
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[1]
-SIZES = {"phone": (390, 844), "laptop": (1366, 900)}
+SIZES = {"phone": (390, 844), "small-phone": (360, 740), "laptop": (1366, 800)}
+SHOTS = REPO / "test-artifacts" / "site"
 
 
 @pytest.fixture(scope="module")
@@ -88,6 +94,8 @@ def browser():
     pytest.importorskip("playwright.sync_api", reason="没有安装 playwright：pip install -r requirements-dev.txt")
     if not (shutil.which(CHROMIUM) or Path(CHROMIUM).exists()):
         pytest.skip(f"找不到 Chromium（{CHROMIUM}）：Debian 上 apt-get install chromium，或用 CHROMIUM_PATH 指定")
+    if problem := missing_cjk_font():
+        pytest.fail(problem)
     from playwright.sync_api import sync_playwright
     with sync_playwright() as p:
         b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
@@ -110,15 +118,28 @@ def _visit(browser, base: str, size: str, path: str, shot: Path | None = None):
     return page, requests
 
 
+SEARCHES = (("残差", "notebooks/07_transformer_block.html"), ("位置编码", "notebooks/05_positional_encoding.html"),
+            ("旋转位置编码", "notebooks/05_positional_encoding.html"), ("相对位置", "notebooks/05_positional_encoding.html"))
+
+
+def _search_excerpt(page, href: str) -> tuple[str, str]:
+    """等每条搜索结果都有了摘要（Sphinx 一条一条地取回页面），返回指向 href 的那一条的摘要和标题。"""
+    page.wait_for_function("""() => { const items = [...document.querySelectorAll('#search-results ul.search li')];
+        return items.length > 0 && items.every(li => li.querySelector('p.context')); }""", timeout=30_000)
+    return page.evaluate("""href => { const li = [...document.querySelectorAll('#search-results ul.search li')]
+        .find(li => li.querySelector('a').getAttribute('href').includes(href));
+        return [li.querySelector('p.context').innerText, li.querySelector('a').innerText]; }""", href)
+
+
 def _outside(requests: list[str], base: str) -> list[str]:
     return [u for u in requests if not (u.startswith(base + "/") or u.startswith(("data:", "blob:", "about:")))]
 
 
-@pytest.mark.parametrize("size", list(SIZES))
+@pytest.mark.parametrize("size", ["phone", "laptop"])
 @pytest.mark.parametrize("how", ["file", "http"])
 def test_pages_render_offline_at_phone_and_laptop_width(site, served, browser, size, how):
     base = site.as_uri() if how == "file" else served
-    shots = REPO / "test-artifacts" / "site"
+    shots = SHOTS
     seen: list[str] = []
     # 首页：目录里每一节都有
     page, req = _visit(browser, base, size, "index.html", shots / f"index-{how}-{size}.png")
@@ -151,10 +172,10 @@ def test_pages_render_offline_at_phone_and_laptop_width(site, served, browser, s
     href = page.eval_on_selector("a.download", "a => a.getAttribute('href')")
     assert href and href.endswith("01_attention_by_hand.ipynb")
     page.close()
-    # 搜索中文的词和词组：结果里有讲它的那一页，结果的说明是中文
-    for word, expected in (("残差", "notebooks/07_transformer_block.html"), ("位置编码", "notebooks/05_positional_encoding.html"),
-                           ("旋转位置编码", "notebooks/05_positional_encoding.html"),
-                           ("相对位置", "notebooks/05_positional_encoding.html")):
+    # 搜索中文的词和词组：结果里有讲它的那一页，结果的说明是中文；http 下每条结果有摘要（正文里搜索词前后的一段，
+    # 不是路径导航和标题），file:// 下浏览器不许取别的页面，结果上方说怎样看到摘要。笔记本宽度只搜第一个（搜索和宽度无关，
+    # 只看版面）
+    for word, expected in SEARCHES if size == "phone" else SEARCHES[:1]:
         page, req = _visit(browser, base, size, f"search.html?q={word}")
         seen += req
         page.wait_for_selector("#search-results ul.search li", timeout=30_000)
@@ -162,24 +183,89 @@ def test_pages_render_offline_at_phone_and_laptop_width(site, served, browser, s
         assert any(expected in h for h in hits), (word, hits[:10])
         page.wait_for_function("() => document.querySelector('#search-results .search-summary')?.innerText.length > 0")
         assert "搜索完成" in page.inner_text("#search-results .search-summary")
+        if how == "http":
+            excerpt, title = _search_excerpt(page, expected)
+            assert word in excerpt and title not in excerpt, (word, title, excerpt)
+        else:
+            assert "python -m http.server" in page.inner_text(".search-file-note"), "file:// 下要说怎样看到摘要"
+        if word == "残差":
+            page.screenshot(path=str(SHOTS / f"search-{how}-{size}.png"))
         page.close()
     assert not _outside(seen, base), f"有请求离开了网站的文件夹：{sorted(set(_outside(seen, base)))[:10]}"
 
 
 def test_no_page_is_wider_than_a_phone(site, served, browser):
-    """手机宽度（390 像素）下每一页都不横向溢出：长的代码名、公式、路径在自己的位置换行或横向滚动。"""
+    """手机宽度（360 像素，常见手机里最窄的）下每一页都不横向溢出，“运行这一页”点开了也一样：长的代码名、公式、
+    路径在自己的位置换行或横向滚动。"""
     pages = ["index.html"] + [p.relative_to(site).as_posix() for folder in ("notebooks", "release/exercises")
                               for p in sorted((site / folder).glob("*.html"))]
     wide = {}
     for path in pages:
-        page, _ = _visit(browser, served, "phone", path)
+        page, _ = _visit(browser, served, "small-phone", path)
+        page.evaluate("() => document.querySelectorAll('details').forEach(d => { d.open = true; })")
         width = page.evaluate("() => document.documentElement.scrollWidth")
-        clipped = page.evaluate("""() => [...document.querySelectorAll('.admonition code')]
+        clipped = page.evaluate("""() => [...document.querySelectorAll('.admonition code, details code')]
             .filter(c => c.getBoundingClientRect().right > document.documentElement.clientWidth + 1).length""")
-        if width > SIZES["phone"][0] + 2 or clipped:
+        if width > SIZES["small-phone"][0] + 2 or clipped:
             wide[path] = (width, clipped)
         page.close()
     assert len(pages) >= 21 and not wide, wide
+
+
+# 标题栏里学生要点的三样：站点标题（回首页）、搜索按钮、本页小节（首页没有小节，没有这个按钮）
+HEADER = """() => { const box = sel => { const e = document.querySelector(sel);
+    if (!e || !e.offsetParent) return null; const r = e.getBoundingClientRect();
+    return {left: r.left, right: r.right, top: r.top, bottom: r.bottom}; };
+  return {viewport: document.documentElement.clientWidth, scroll: document.documentElement.scrollWidth,
+          header: box('header.bd-header'), title: box('.navbar-brand p.title'),
+          search: box('.navbar-persistent--mobile .search-button__button'),
+          contents: box('button.secondary-toggle')}; }"""
+
+
+@pytest.mark.parametrize("size", ["phone", "small-phone"])
+def test_the_phone_header_keeps_the_title_search_and_contents_on_screen(site, served, browser, size):
+    """390 和 360 像素宽（有中文字体）：站点标题、搜索、本页小节按钮都整个在屏幕上、互不重叠，页面不横向滚动。
+    首页、标题最长的页（第 0 页）、notebook 11 和搜索结果页。"""
+    width = SIZES[size][0]
+    pages = {"index": "index.html", "00": "notebooks/00_start_here.html", "11": "notebooks/11_mini_gpt_vs_rnn.html",
+             "search": "search.html?q=残差"}
+    for name, path in pages.items():
+        page, _ = _visit(browser, served, size, path)
+        if name == "search":
+            _search_excerpt(page, "notebooks/07_transformer_block.html")
+        page.screenshot(path=str(SHOTS / f"{name}-http-{size}.png"))
+        got = page.evaluate(HEADER)
+        page.close()
+        assert got["scroll"] <= width, (path, got)
+        buttons = [got["title"], got["search"]] + ([got["contents"]] if name in ("00", "11") else [])
+        assert all(buttons), (path, "标题、搜索或本页小节按钮不见了", got)
+        for box in buttons:
+            assert 0 <= box["left"] and box["right"] <= width, (path, "有一样伸出了屏幕", got)
+            assert got["header"]["top"] <= box["top"] and box["bottom"] <= got["header"]["bottom"], (path, got)
+        for left, right in zip(buttons, buttons[1:]):
+            assert left["right"] <= right["left"] + 1, (path, "标题栏里的东西叠在一起", got)
+
+
+@pytest.mark.parametrize("size", ["phone", "small-phone"])
+def test_run_this_page_is_one_collapsed_line_and_the_lesson_starts_on_the_first_screen(site, served, browser, size):
+    """标题下面的“运行这一页”收起成一行，手机的第一屏就看得到正文的第一段；点开它才是下载和 Colab 的说明。"""
+    for path in ("notebooks/11_mini_gpt_vs_rnn.html", "release/exercises/01_attention_by_hand.html"):
+        page, _ = _visit(browser, served, size, path)
+        got = page.evaluate("""() => { const box = document.querySelector('article h1 + details.run-this-page');
+            if (!box) return null; const range = document.createRange();
+            range.selectNodeContents(box.querySelector('summary'));
+            const lines = new Set([...range.getClientRects()].map(r => Math.round(r.top))).size;
+            const first = [...document.querySelectorAll('article p')]
+              .find(p => !p.closest('details') && p.innerText.trim().length > 40);
+            return {open: box.open, summary: box.querySelector('summary').innerText, lines,
+                    firstTop: first.getBoundingClientRect().top, screen: window.innerHeight}; }""")
+        assert got, f"{path}：标题下面没有 <details class=run-this-page>"
+        assert not got["open"] and got["lines"] == 1 and build_site.RUN_SUMMARY in got["summary"], (path, got)
+        assert got["firstTop"] + 80 <= got["screen"], (path, "正文第一段不在第一屏", got)
+        assert not page.is_visible("details.run-this-page a.download")
+        page.click("details.run-this-page summary")
+        assert page.is_visible("details.run-this-page a.download"), "点开“运行这一页”应看到下载链接"
+        page.close()
 
 
 def test_the_navigation_buttons_work_on_a_phone_and_the_sidebar_collapses_on_a_laptop(site, served, browser):

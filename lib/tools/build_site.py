@@ -7,20 +7,27 @@
 
     python -m lib.tools.build_site            # 输出到 _site/（git 忽略）；打开 _site/index.html 即可
     python -m lib.tools.build_site -o DIR     # 输出到别处
+    python -m http.server -d _site            # 用本地服务器看：搜索结果才有摘要（file:// 下浏览器不让搜索取回别的页面）
 
-页面：notebooks/*.ipynb（按讲义的顺序）和练习的学生版 release/exercises/*.ipynb（不含 source/、solutions/），
-各有一个目录页。每页标题下紧跟一段“运行这一页”：下载仓库里的原文件、在 Colab 里打开、在自己的电脑或 JupyterHub 上打开。
-Colab 徽章的图片换成网站自己的一份（原来的图片在 colab.research.google.com 上）。
+页面：PARTS 里的各部分，现在是 notebooks/*.ipynb（按讲义的顺序）和练习的学生版 release/exercises/*.ipynb（不含
+source/、solutions/），各有一个目录页；再加一部分 Markdown 写的页面（比如 docs/*.md）只要在 PARTS 里加一个 Part。
+notebook 每页标题下是收起的一行“运行这一页”（点开：下载仓库里的原文件、在 Colab 里打开、在自己的电脑或 JupyterHub 上打开），
+手机上第一屏就是正文。页面里用相对路径引用的图片（Colab 徽章等）复制到网站里；还指向 colab.research.google.com 的
+徽章图片换成网站自己的一份。
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import re
 import shutil
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import unquote
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILD = ROOT / "_build" / "site-src"
@@ -37,17 +44,58 @@ ORIGINALS = "originals"  # 下载用的原文件（网站那一份多了标题�
 # 横向滚动时留在左边
 CSS = """
 .bd-article code, .bd-article .admonition { overflow-wrap: anywhere; }
-.bd-article .admonition code.literal, .bd-article .admonition code.literal span.pre { white-space: normal; word-break: break-all; }
+.bd-article .admonition code.literal, .bd-article .admonition code.literal span.pre,
+details.run-this-page code.literal, details.run-this-page code.literal span.pre {
+  white-space: normal; word-break: break-all; }
 mjx-container[display="true"], .bd-article mjx-container { max-width: 100%; overflow-x: auto; overflow-y: hidden; }
 .bd-article table td:first-child, .bd-article table th:first-child { white-space: nowrap; position: sticky; left: 0;
   background: var(--pst-color-background); z-index: 1; }
+/* 手机和平板（主题在 960 像素以下把导航收进侧栏）：标题栏里站点标题可以缩、换行，搜索和“本页小节”按钮总在屏幕上。
+   主题让标题不缩（flex-shrink: 0），中文标题在 390 像素宽时把右边两个按钮挤出屏幕 */
+@media (max-width: 959.98px) {
+  .bd-header .navbar-header-items__start, .bd-header .navbar-header-items__start .navbar-item,
+  .bd-header .navbar-brand { flex-shrink: 1; min-width: 0; }
+  .bd-header .navbar-brand { white-space: normal; }
+  .bd-header .navbar-brand p.title { font-size: 1rem; line-height: 1.3; overflow-wrap: anywhere; }
+  .bd-header .navbar-persistent--mobile { flex-shrink: 0; }
+}
+/* 手机上标题小一号：第一屏留给正文 */
+@media (max-width: 575.98px) { .bd-article h1 { font-size: 1.75rem; } }
+/* “运行这一页”：标题下面收起的一行，点开才是下载、本地、JupyterHub、Colab 的说明 */
+details.run-this-page { margin: 0.5rem 0 1.25rem; padding: 0.4rem 0.75rem; border-radius: 0.25rem;
+  border-left: 0.2rem solid var(--pst-color-success); background: var(--pst-color-surface); font-size: 0.9rem; }
+details.run-this-page > summary { cursor: pointer; font-weight: 600; color: var(--pst-color-text-muted); }
+details.run-this-page[open] > summary { margin-bottom: 0.5rem; }
+details.run-this-page ul { margin-bottom: 0; }
+.search-file-note { margin-top: 0.75rem; color: var(--pst-color-text-muted); font-size: 0.9rem; }
 """
-# Sphinx 8.2 的搜索结果那一行用了复数形式，zh_CN 的翻译里没有这一条（它只有旧的 "page(s)" 写法）
+# 搜索页的三处修补（这个文件在 searchtools.js 之前加载，所以等 DOMContentLoaded 再改）：
+# 1. Sphinx 8.2 的搜索结果那一行用了复数形式，zh_CN 的翻译里没有这一条（它只有旧的 "page(s)" 写法）。
+# 2. 每条结果的摘要：Sphinx 取回那一页（fetch），从 [role="main"] 的文字里截出搜索词前后的一段。PyData 主题的
+#    [role="main"] 从路径导航开始，接着是标题和“运行这一页”：标题里有搜索词的页（往往是最该看的那一页）摘要就只是
+#    把路径和标题又念一遍。截之前先去掉这三样。
+# 3. 直接打开网页文件（file://）时浏览器不许 fetch 别的文件，结果只有标题：告诉读者怎样看到摘要。
 SEARCH_JS = """
 document.addEventListener("DOMContentLoaded", () => {
-  if (typeof Documentation === "undefined") return;
-  Documentation.TRANSLATIONS["Search finished, found one page matching the search query."] =
-    ["搜索完成，找到 ${resultCount} 页。", "搜索完成，找到 ${resultCount} 页。"];
+  if (typeof Documentation !== "undefined")
+    Documentation.TRANSLATIONS["Search finished, found one page matching the search query."] =
+      ["搜索完成，找到 ${resultCount} 页。", "搜索完成，找到 ${resultCount} 页。"];
+  if (typeof Search === "undefined") return;
+  const htmlToText = Search.htmlToText;
+  Search.htmlToText = (html, anchor) => {
+    const doc = new DOMParser().parseFromString(html, "text/html");
+    doc.querySelectorAll(".bd-header-article, details.run-this-page, article h1").forEach((e) => e.remove());
+    return htmlToText(doc.documentElement.outerHTML, anchor);
+  };
+  const results = document.getElementById("search-results");
+  if (results && location.protocol === "file:") {
+    const note = document.createElement("p");
+    note.className = "search-file-note";
+    note.innerHTML = "直接打开的网页文件里，浏览器不让搜索读取别的页面，所以结果只有标题、没有摘要。" +
+      "用 <code>python -m http.server</code> 打开可以看到摘要：在网站的文件夹里运行它，再打开 " +
+      "<code>http://localhost:8000/search.html</code>。";
+    results.before(note);
+  }
 });
 """
 FAVICON = ('<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 16 16"><rect width="16" height="16" rx="3" fill="#3b5b92"/>'
@@ -59,39 +107,99 @@ def _course() -> dict:
     return tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["course"]
 
 
-def run_box(rel: Path, title: str) -> str:
-    """标题下面的一段：怎样运行这一页（下载、Colab、本地、JupyterHub）。rel：相对于仓库根目录的路径。
-    下载的是仓库里的原文件（originals/ 下的一份，不是网站改过的这一份）。"""
+RUN_SUMMARY = "运行这一页：下载、本地或 Colab"  # 收起时的一行：360 像素宽的手机上也是一行（tests/test_site.py 检查）
+
+
+def run_box(rel: Path) -> str:
+    """标题下面收起的一行“运行这一页”（HTML 的 <details>），点开是怎样运行（下载、本地、JupyterHub、Colab）。
+    rel：相对于仓库根目录的路径。下载的是仓库里的原文件（originals/ 下的一份，不是网站改过的这一份）。
+    <details> 和 </details> 各是一个 HTML 块，中间空一行，所以列表照常按 MyST 解析（{download} 把文件复制进网站）。"""
     course = _course()
     repo, ref = course["repository"].rstrip("/"), course["ref"]
     colab = f"https://colab.research.google.com/github/{repo.split('github.com/')[1]}/blob/{ref}/{rel.as_posix()}"
     original = "../" * (len(rel.parts) - 1) + f"{ORIGINALS}/{rel.as_posix()}"
-    return (f":::{{admonition}} 运行这一页\n:class: tip\n"
+    return (f'<details class="run-this-page">\n<summary>{RUN_SUMMARY}</summary>\n\n'
             f"- {{download}}`下载 {rel.name} <{original}>`（直接打开网页文件时，浏览器可能把它显示成文字：右键 → 链接另存为）。"
             f"在自己的电脑上：课程仓库（{repo}）里运行 `make lab` 打开 JupyterLab，再打开 `{rel.as_posix()}`。\n"
             f"- 学校的 JupyterHub：在 Assignment List 里取课程，或者把下载的文件上传到你的服务器。\n"
             f"- [在 Google Colab 里打开]({colab})（需要能访问 Google；打开后先 **文件 → 在云端硬盘中保存一份副本**，"
             f"否则关掉页面改动就没了；第一个代码单元格会取回同一版本的课程代码）。\n"
-            f"- 这里显示的是课程仓库里存下的输出，网页上不能运行代码，也不能交作业。\n:::\n")
+            f"- 这里显示的是课程仓库里存下的输出，网页上不能运行代码，也不能交作业。\n\n</details>\n")
+
+
+# Markdown 的图片 ![说明](路径) 和 HTML 的 <img src="路径">
+IMAGE_REF = re.compile(r"!\[[^\]]*\]\(\s*<?([^)\s>]+)|<img\b[^>]*?\bsrc\s*=\s*[\"']([^\"']+)")
+
+
+def copy_relative_images(text: str, src: Path, dst: Path, root: Path | None = None) -> list[Path]:
+    """text 是 src（仓库里的一页）的 Markdown：它用相对路径引用的图片按同样的相对位置复制到 dst 旁边，网站里的这一页
+    照原样引用它们（Sphinx 再把它们收进 _images/）。网址、data:、attachment: 和绝对路径不管。图片必须在 root（默认
+    仓库根目录）里面、必须存在：否则网站上是一张坏图，宁可构建失败并说清是哪一页的哪个路径。返回复制的文件。"""
+    root = (root or ROOT).resolve()
+    copied = []
+    for match in IMAGE_REF.finditer(text):
+        ref = (match.group(1) or match.group(2)).split("#")[0].split("?")[0]
+        if not ref or re.match(r"[A-Za-z][A-Za-z0-9+.-]*:", ref) or ref.startswith(("/", "\\")):
+            continue
+        image = (src.parent / unquote(ref)).resolve()
+        if not image.is_relative_to(root) or not image.is_file():
+            raise SystemExit(f"{src} 引用的图片 {ref} 不在仓库里（{image}）：网站上会是一张坏图")
+        target = Path(os.path.normpath(dst.parent / unquote(ref)))
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(image, target)
+        copied.append(target)
+    return copied
 
 
 def _prepare_notebook(src: Path, build: Path, rel: Path, title_suffix: str = "") -> str:
-    """把一个 notebook 复制成网站的一页：标题（加 title_suffix）单独一格，下面紧跟“运行这一页”，Colab 徽章的图片换成
-    网站自己的一份。原文件另存一份在 originals/，下载链接给的是它。返回标题。"""
+    """把一个 notebook 复制成网站的一页：标题（加 title_suffix）单独一格，下面紧跟收起的“运行这一页”；用相对路径
+    引用的图片一起复制，还指向 Colab 网站的徽章图片换成网站自己的一份。原文件另存一份在 originals/，下载链接给的是它。
+    返回标题。"""
     original, dst = build / ORIGINALS / rel, build / rel
     original.parent.mkdir(parents=True, exist_ok=True)
     shutil.copy2(src, original)
     nb = json.loads(src.read_text(encoding="utf-8"))
-    first = nb["cells"][0]
-    text = "".join(first["source"]).replace(BADGE_URL, "../" * (len(rel.parts) - 1) + "_static/colab-badge.svg")
-    head, _, rest = text.partition("\n")
+    for cell in nb["cells"]:
+        if cell["cell_type"] == "markdown":
+            cell["source"] = "".join(cell["source"])
+            copy_relative_images(cell["source"], src, dst)
+            cell["source"] = cell["source"].replace(BADGE_URL, "../" * (len(rel.parts) - 1) + "_static/colab-badge.svg")
+    head, _, rest = nb["cells"][0]["source"].partition("\n")
     title = head.lstrip("# ").strip() + title_suffix
-    first["source"] = rest.lstrip("\n")
+    nb["cells"][0]["source"] = rest.lstrip("\n")
     nb["cells"][0:0] = [{"cell_type": "markdown", "metadata": {}, "source": f"# {title}"},
-                        {"cell_type": "markdown", "metadata": {}, "source": run_box(rel, title)}]
+                        {"cell_type": "markdown", "metadata": {}, "source": run_box(rel)}]
     dst.parent.mkdir(parents=True, exist_ok=True)
     dst.write_text(json.dumps(nb, ensure_ascii=False), encoding="utf-8")
     return title
+
+
+def _prepare_markdown(src: Path, build: Path, rel: Path, title_suffix: str = "") -> str:
+    """把一个 Markdown 页面（比如以后的 docs/*.md）原样复制进网站，连同它用相对路径引用的图片。返回标题（第一行）。"""
+    text = src.read_text(encoding="utf-8")
+    copy_relative_images(text, src, build / rel)
+    (build / rel).parent.mkdir(parents=True, exist_ok=True)
+    (build / rel).write_text(text, encoding="utf-8")
+    return text.partition("\n")[0].lstrip("# ").strip() + title_suffix
+
+
+@dataclass(frozen=True)
+class Part:
+    """网站的一部分：仓库里的一个文件夹（folder，相对于仓库根目录）里按文件名排好的页面，和一个目录页。"""
+    folder: str
+    heading: str
+    intro: str
+    pattern: str = "*.ipynb"     # "*.md"：Markdown 页面
+    title_suffix: str = ""
+
+
+PARTS = [
+    Part("notebooks", "讲义各节", "讲义第 1–12 节各一页（第 0 页是课程地图和术语表）。每页的演示都在页面上算出来，"
+                                 "训练的结论写成在 10 个种子上检查过的表。"),
+    Part("release/exercises", "练习（学生版）", "讲义 §15 的练习 1–11，学生版，不含答案。在 JupyterLab、JupyterHub 或 "
+         "Colab 里作答，每道题下面的测试单元格检查格式，评分时还有隐藏的检查。", title_suffix="（讲义 §15）"),
+]
+PREPARE = {".ipynb": _prepare_notebook, ".md": _prepare_markdown}
 
 
 CONF = '''
@@ -102,7 +210,7 @@ locale_dirs = ["locale"]            # 补上主题没翻译的几句界面文字
 extensions = ["myst_nb"]
 nb_execution_mode = "off"          # 只用存下的输出
 nb_output_stderr = "remove"
-myst_enable_extensions = ["dollarmath", "amsmath", "colon_fence"]
+myst_enable_extensions = ["dollarmath", "amsmath", "colon_fence", "html_image"]  # html_image：<img> 的图片也复制进网站
 # PyData 主题本身：sphinx-book-theme 1.4 和它固定的 pydata-sphinx-theme 0.20 放在一起时，手机上的目录按钮没有反应
 # （pydata-sphinx-theme#2451、sphinx-book-theme#988）；单用 PyData 主题时按钮正常，桌面上也能收起侧栏（投影时有用）
 html_theme = "pydata_sphinx_theme"
@@ -175,8 +283,8 @@ def _chinese_ui_strings(build: Path) -> None:
         write_po(f, catalog)
 
 
-def prepare(build: Path = BUILD) -> list[str]:
-    """在 build/ 里准备好 Sphinx 的源：conf.py、首页、两个目录页（讲义各节、练习）、复制过来的 notebook。
+def prepare(build: Path = BUILD, parts: list[Part] = PARTS) -> list[str]:
+    """在 build/ 里准备好 Sphinx 的源：conf.py、首页、每一部分（parts）的目录页和复制过来的页面。
     返回每页的标题（按顺序）。"""
     shutil.rmtree(build, ignore_errors=True)
     static = build / "_static"
@@ -190,23 +298,20 @@ def prepare(build: Path = BUILD) -> list[str]:
     (build / "search_terms.txt").write_text("".join(f"{t.replace(' ', '')} 100000\n" for t in search_terms()),
                                             encoding="utf-8")
     titles = []
-    sections = {"notebooks": ("讲义各节", "讲义第 1–12 节各一页（第 0 页是课程地图和术语表）。每页的演示都在页面上算出来，"
-                                         "训练的结论写成在 10 个种子上检查过的表。"),
-                "release/exercises": ("练习（学生版）", "讲义 §15 的练习 1–11，学生版，不含答案。在 JupyterLab、"
-                                                  "JupyterHub 或 Colab 里作答，每道题下面的测试单元格检查格式，评分时还有隐藏的检查。")}
-    for folder, (heading, intro) in sections.items():
+    for part in parts:
         names = []
-        for src in sorted((ROOT / folder).glob("*.ipynb")):
+        for src in sorted((ROOT / part.folder).glob(part.pattern)):
             rel = src.relative_to(ROOT)
-            titles.append(_prepare_notebook(src, build, rel, "（讲义 §15）" if folder.startswith("release") else ""))
+            titles.append(PREPARE[src.suffix](src, build, rel, part.title_suffix))
             names.append(src.stem)
-        (build / folder / "index.md").write_text("\n".join(
-            [f"# {heading}", "", intro, "", "```{toctree}", ":maxdepth: 1", "", *names, "```", ""]), encoding="utf-8")
+        (build / part.folder / "index.md").write_text("\n".join(
+            [f"# {part.heading}", "", part.intro, "", "```{toctree}", ":maxdepth: 1", "", *names, "```", ""]),
+            encoding="utf-8")
     index = ["# 第 7 讲：自注意力与 Transformer", "",
              "CS224N 风格第 7 讲《自注意力与 Transformer》的配套课程：讲义第 1–12 节各一页，每页的演示都在页面上算出来，"
              "结论写成检查过的表；练习在后面（学生版，不含答案）。这里显示的是课程仓库里存下的输出：要自己运行，"
-             "每页标题下面写了怎样下载、在 Colab 或自己的电脑上打开。", "",
-             "```{toctree}", ":maxdepth: 2", "", *[f"{folder}/index" for folder in sections], "```", ""]
+             "每页标题下的“运行这一页”写了怎样下载、在 Colab 或自己的电脑上打开。", "",
+             "```{toctree}", ":maxdepth: 2", "", *[f"{part.folder}/index" for part in parts], "```", ""]
     (build / "index.md").write_text("\n".join(index), encoding="utf-8")
     return titles
 
@@ -251,7 +356,8 @@ def main(argv=None) -> int:
     seconds = build(args.output)
     size = sum(p.stat().st_size for p in args.output.rglob("*") if p.is_file())
     print(f"网站已生成：{args.output / 'index.html'}（{seconds:.0f} 秒，{size / 1e6:.1f} MB）。"
-          "整个文件夹复制到任何静态网站服务器（或直接打开 index.html）即可。")
+          "整个文件夹复制到任何静态网站服务器（或直接打开 index.html）即可；直接打开时搜索结果没有摘要，"
+          f"要看摘要：python -m http.server -d {args.output}，再打开 http://localhost:8000/")
     return 0
 
 
