@@ -72,6 +72,8 @@ def test_the_site_has_every_page_in_lecture_order_and_only_student_versions(site
     page = (site / "notebooks" / "05_positional_encoding.html").read_text(encoding="utf-8")
     for english, chinese in build_site.UI_STRINGS.items():  # 主题没翻译的界面文字换成了中文
         assert f'"{english}"' not in page and f'"{chinese}"' in page, english
+    folded = [p.name for p in (site / "notebooks").glob("*.html") if "Show code cell" in p.read_text(encoding="utf-8")]
+    assert not folded, f"收起的证据单元格的开关是英文（conf.py 的 nb_code_prompt_show）：{folded}"
 
 
 class _Quiet(http.server.SimpleHTTPRequestHandler):

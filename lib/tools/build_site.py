@@ -50,6 +50,10 @@ details.run-this-page code.literal, details.run-this-page code.literal span.pre 
 mjx-container[display="true"], .bd-article mjx-container { max-width: 100%; overflow-x: auto; overflow-y: hidden; }
 .bd-article table td:first-child, .bd-article table th:first-child { white-space: nowrap; position: sticky; left: 0;
   background: var(--pst-color-background); z-index: 1; }
+/* 证据表（lib.claims / lib.viz.details，点开才看）：第一列是一整句结论，换行而不是把别的列挤窄 */
+details.evidence table td:first-child, details.evidence table th:first-child { white-space: normal; position: static;
+  min-width: 12em; }
+details.evidence > summary { cursor: pointer; }
 /* 手机和平板（主题在 960 像素以下把导航收进侧栏）：标题栏里站点标题可以缩、换行，搜索和“本页小节”按钮总在屏幕上。
    主题让标题不缩（flex-shrink: 0），中文标题在 390 像素宽时把右边两个按钮挤出屏幕 */
 @media (max-width: 959.98px) {
@@ -210,6 +214,8 @@ locale_dirs = ["locale"]            # 补上主题没翻译的几句界面文字
 extensions = ["myst_nb"]
 nb_execution_mode = "off"          # 只用存下的输出
 nb_output_stderr = "remove"
+nb_code_prompt_show = "显示代码"    # 收起的代码（标签 hide-input）的开关，默认是英文 "Show code cell source"；收起输出请用 lib.viz.details
+nb_code_prompt_hide = "收起代码"
 myst_enable_extensions = ["dollarmath", "amsmath", "colon_fence", "html_image"]  # html_image：<img> 的图片也复制进网站
 # PyData 主题本身：sphinx-book-theme 1.4 和它固定的 pydata-sphinx-theme 0.20 放在一起时，手机上的目录按钮没有反应
 # （pydata-sphinx-theme#2451、sphinx-book-theme#988）；单用 PyData 主题时按钮正常，桌面上也能收起侧栏（投影时有用）
