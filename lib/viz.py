@@ -103,6 +103,12 @@ def show_heatmaps(matrices, row_labels=None, col_labels=None, titles=None, ncols
     return fig
 
 
+def _signed(x, fmt: str) -> str:
+    """带符号的差：+0.03、−0.10；四舍五入之后是 0 的差写成 +0.0000，不写 -0.0000。"""
+    text = format(x, "+" + fmt.lstrip("+"))
+    return "+" + text[1:] if text.startswith("-") and float(text) == 0 else text
+
+
 def vs_lecture(ours, lecture, *, tol, columns=None, fmt=".3f", title=None, row_header=""):
     """“本课程的结果 vs 讲义”并排成一张表，并检查每个数都在给定的容差之内（不在就 AssertionError）。
 
@@ -145,7 +151,7 @@ def vs_lecture(ours, lecture, *, tol, columns=None, fmt=".3f", title=None, row_h
         for label in labels:
             a, b = ours.get(label), lecture.get(label)
             a, b = (cells(a)[0] if a is not None else None), (cells(b)[0] if b is not None else None)
-            diff = "—" if a is None or b is None else format(a - b, "+" + fmts[0].lstrip("+"))
+            diff = "—" if a is None or b is None else _signed(a - b, fmts[0])
             rows.append([label, show(b, fmts[0]), show(a, fmts[0]), diff])
         table = Table(rows, [row_header, "讲义", "本课程的结果", "差（本课程 − 讲义）"], title=title)
     else:

@@ -11,6 +11,12 @@ def test_single_column_shows_lecture_ours_and_difference():
     assert table.rows == [["k = 1", "30.90", "30.93", "+0.03"]]
 
 
+def test_a_difference_that_rounds_to_zero_has_no_minus_sign():
+    table = vs_lecture({"p = 0": 1.862699, "p = 1": 1.8628}, {"p = 0": 1.8627, "p = 1": 1.8627}, tol=0.001, fmt=".4f")
+    assert [row[-1] for row in table.rows] == ["+0.0000", "+0.0001"]
+    assert vs_lecture({"a": 30.84}, {"a": 30.9}, tol=0.1, fmt=".2f").rows[0][-1] == "-0.06"
+
+
 def test_exact_compares_at_the_printed_precision():
     vs_lecture({"a": 0.95349}, {"a": 0.953}, tol="exact")  # 0.953 == 0.953
     with pytest.raises(AssertionError, match="逐位相同"):
