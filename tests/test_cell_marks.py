@@ -29,3 +29,16 @@ def test_stored_pages_fold_exactly_what_their_tags_say(path):
     nb = nbformat.read(path, as_version=4)
     assert not cell_marks.sync(nb), (
         f"{path.name}：JupyterLab 的收起标记和标签不一致。运行 python -m lib.tools.cell_marks {path.relative_to(ROOT)}")
+
+
+def test_page_weight_counts_only_what_a_reader_sees():
+    """lib/tools/page_weight.py：<details> 里的文字、收起的代码、引导单元格都不算；讲义不在手边时用存下的字数。"""
+    from lib.tools import page_weight
+    nb = {"cells": [{"cell_type": "markdown", "source": ["看得见 的\n<details><summary>摘要</summary>\n\n很长的推导\n\n</details>"]},
+                    {"cell_type": "code", "source": ["x = 1"], "metadata": {}},
+                    {"cell_type": "code", "source": ["check(...)"], "metadata": {"tags": ["hide-input"]}},
+                    {"cell_type": "code", "source": ["# 引导单元格：……\nimport sys"], "metadata": {}}]}
+    assert page_weight.visible(nb) == (len("看得见的"), len("x=1"))
+    assert page_weight.section_sizes(Path("/nonexistent/lecture07.md")) == page_weight.LECTURE_CHARS
+    names = [r[0] for r in page_weight.rows()]
+    assert names[0].startswith("00_") and names[-1].startswith("12_") and len(names) == 13

@@ -4,7 +4,10 @@
 引导单元格（每页都一样、第一行是“# 引导单元格”）不算。讲义按“N. 标题”分节；讲义文件里不少表格出现两遍（一遍每行连在一起、一遍用制表符分列），连在一起的那一遍不算。
 字符数按 Unicode 字符数，空白不算。打印两个比值：文字（markdown）÷ 讲义，和文字加代码 ÷ 讲义。
 
-用法：python -m lib.tools.page_weight [--ref 提交]   （--ref：读那个提交里的页面，用来比较前后）
+讲义不在仓库里：给了 --lecture（或者课程仓库旁边有 ../shared/lecture07.md）时现场数，否则用 LECTURE_CHARS
+（2026-12-04 从讲义数出来的，讲义改了就用 --lecture 重新数、更新它）。
+
+用法：python -m lib.tools.page_weight [--ref 提交] [--lecture 讲义.md]   （--ref：读那个提交里的页面，比较前后）
 """
 from __future__ import annotations
 
@@ -17,6 +20,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 LECTURE = ROOT.parent / "shared" / "lecture07.md"
+LECTURE_CHARS = {0: 948, 1: 965, 2: 2173, 3: 1167, 4: 1391, 5: 3420, 6: 1519, 7: 2383, 8: 1087, 9: 729, 10: 862,
+                 11: 3179, 12: 422, 13: 595, 14: 545, 15: 3847, 16: 811, 17: 264}
 SECTIONS = {0: (0, 13, 14, 15, 16, 17)}  # 00_start_here 对应讲义的导航、小结、作业、练习、阅读、预告
 DETAILS = re.compile(r"<details>.*?</details>", re.S)
 HIDDEN = {"hide-input", "hide-cell"}
@@ -69,12 +74,20 @@ def _pages(ref: str | None):
             yield path.name, json.loads(shown.stdout)
 
 
-def rows(ref: str | None = None) -> list[tuple]:
-    lecture = lecture_sections()
+def section_sizes(lecture: Path | None = None) -> dict[int, int]:
+    """{节号: 字符数}：讲义文件在手边就现场数，否则用 LECTURE_CHARS。"""
+    path = lecture or LECTURE
+    if not path.exists():
+        return LECTURE_CHARS
+    return {number: lecture_chars(lines) for number, lines in lecture_sections(path).items()}
+
+
+def rows(ref: str | None = None, lecture: Path | None = None) -> list[tuple]:
+    sizes = section_sizes(lecture)
     out = []
     for name, nb in _pages(ref):
         number = int(name[:2])
-        size = sum(lecture_chars(lecture[s]) for s in SECTIONS.get(number, (number,)))
+        size = sum(sizes[s] for s in SECTIONS.get(number, (number,)))
         prose, code = visible(nb)
         out.append((name, prose, code, size, prose / size, (prose + code) / size))
     return out
@@ -83,9 +96,10 @@ def rows(ref: str | None = None) -> list[tuple]:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m lib.tools.page_weight", description=__doc__.splitlines()[0])
     parser.add_argument("--ref", help="读这个 git 提交里的页面（默认：工作区）")
+    parser.add_argument("--lecture", type=Path, help=f"讲义的 markdown（默认 {LECTURE}，没有时用存下的字数）")
     args = parser.parse_args(argv)
     print(f"{'page':<36} {'prose':>7} {'code':>7} {'lecture':>8} {'prose/lecture':>14} {'(prose+code)/lecture':>21}")
-    for name, prose, code, size, prose_ratio, ratio in rows(args.ref):
+    for name, prose, code, size, prose_ratio, ratio in rows(args.ref, args.lecture):
         print(f"{name:<36} {prose:>7,} {code:>7,} {size:>8,} {prose_ratio:>14.1f} {ratio:>21.1f}")
     return 0
 
