@@ -10,7 +10,7 @@
 
 页面：notebooks/*.ipynb（按讲义的顺序）和练习的学生版 release/exercises/*.ipynb（不含 source/、solutions/），
 各有一个目录页。每页标题下紧跟一段“运行这一页”：下载仓库里的原文件、在 Colab 里打开、在自己的电脑或 JupyterHub 上打开。
-Colab 徽章的图片换成网站自己的一份（原来的图片在 colab.research.google.com 上）。
+Colab 徽章的图片是仓库里的 assets/colab-badge.svg（notebook 用相对路径引用它：复制到构建目录里同样的位置）。
 """
 from __future__ import annotations
 
@@ -25,11 +25,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 BUILD = ROOT / "_build" / "site-src"
 OUT = ROOT / "_site"
-BADGE_URL = "https://colab.research.google.com/assets/colab-badge.svg"
-BADGE = ('<svg xmlns="http://www.w3.org/2000/svg" width="117" height="20" role="img" aria-label="Open In Colab">'
-         '<rect width="117" height="20" rx="3" fill="#444"/><rect x="0" width="20" height="20" rx="3" fill="#f9ab00"/>'
-         '<text x="68" y="14" fill="#fff" font-family="sans-serif" font-size="11" text-anchor="middle">Open in Colab</text>'
-         '</svg>\n')
 MATHJAX_FILES = ("tex-chtml.js", "output/chtml/fonts", "ui", "a11y", "input/tex/extensions", "input/mml.js",
                  "input/mml")  # input/mml：右键菜单里的“无障碍”模式要用
 ORIGINALS = "originals"  # 下载用的原文件（网站那一份多了标题下的说明）
@@ -76,14 +71,14 @@ def run_box(rel: Path, title: str) -> str:
 
 
 def _prepare_notebook(src: Path, build: Path, rel: Path, title_suffix: str = "") -> str:
-    """把一个 notebook 复制成网站的一页：标题（加 title_suffix）单独一格，下面紧跟“运行这一页”，Colab 徽章的图片换成
-    网站自己的一份。原文件另存一份在 originals/，下载链接给的是它。返回标题。"""
+    """把一个 notebook 复制成网站的一页：标题（加 title_suffix）单独一格，下面紧跟“运行这一页”。
+    原文件另存一份在 originals/，下载链接给的是它。返回标题。"""
     original, dst = build / ORIGINALS / rel, build / rel
     original.parent.mkdir(parents=True, exist_ok=True)
     shutil.copy2(src, original)
     nb = json.loads(src.read_text(encoding="utf-8"))
     first = nb["cells"][0]
-    text = "".join(first["source"]).replace(BADGE_URL, "../" * (len(rel.parts) - 1) + "_static/colab-badge.svg")
+    text = "".join(first["source"])
     head, _, rest = text.partition("\n")
     title = head.lstrip("# ").strip() + title_suffix
     first["source"] = rest.lstrip("\n")
@@ -181,8 +176,9 @@ def prepare(build: Path = BUILD) -> list[str]:
     shutil.rmtree(build, ignore_errors=True)
     static = build / "_static"
     static.mkdir(parents=True)
-    for name, text in (("colab-badge.svg", BADGE), ("course.css", CSS), ("search-zh.js", SEARCH_JS), ("favicon.svg", FAVICON)):
+    for name, text in (("course.css", CSS), ("search-zh.js", SEARCH_JS), ("favicon.svg", FAVICON)):
         (static / name).write_text(text, encoding="utf-8")
+    shutil.copytree(ROOT / "assets", build / "assets")  # Colab 徽章的图片：notebook 里的相对路径 ../assets/… 照样能找到
     _chinese_sidebar_button(build / "_templates")
     _chinese_ui_strings(build)
     (build / "conf.py").write_text(CONF.replace('"search_terms.txt"', repr(str(build / "search_terms.txt"))),
