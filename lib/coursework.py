@@ -32,6 +32,9 @@ BACKUPS = "备份"
 COURSE_GLOBS = ("notebooks/*.ipynb", "release/exercises/*.ipynb", "assets/*")
 PROFILES = {"student": "deploy/jupyterhub/jupyter-config/student", "ta": "deploy/jupyterhub/jupyter-config/grader"}
 START_PAGE = "notebooks/00_start_here.ipynb"
+# JupyterLab 的工作区（开着哪些标签页）按名字分开存：学生的（根目录是 mywork/）和助教的（根目录是课程根目录）同名的话，
+# 在一边打开的 notebooks/02… 会在另一边恢复成另一份文件（助教那边就是课程的文件本身）
+WORKSPACES = {"student": "lecture07", "ta": "lecture07-ta"}
 
 
 class UpdateRefused(Exception):
@@ -103,8 +106,8 @@ def lab_command(root: Path, ta: bool = False, extra=()) -> tuple[list[str], dict
     env = dict(os.environ, JUPYTER_CONFIG_PATH=config_path)
     cmd = [sys.executable, "-m", "jupyter", "lab", f"--ServerApp.root_dir={root if ta else root / WORKDIR}",
            "--LabApp.news_url=None", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]
-    if not ta:
-        cmd.append(f"--LabApp.default_url=/lab/tree/{START_PAGE}")
+    workspace = f"/lab/workspaces/{WORKSPACES['ta' if ta else 'student']}"
+    cmd.append(f"--LabApp.default_url={workspace}" + ("" if ta else f"/tree/{START_PAGE}"))
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         cmd.append("--allow-root")  # Docker、某些服务器上以 root 运行
     return cmd + list(extra), env
@@ -262,12 +265,13 @@ def main(argv=None) -> int:
     sub.add_parser("update", help="取课程的新版本并把它并进副本")
     args, extra = parser.parse_known_args(argv)
     if args.command == "lab":
-        lab(REPO_ROOT, args.ta, extra)
-    elif args.command == "init":
-        init(REPO_ROOT)
-    elif extra:
+        lab(REPO_ROOT, args.ta, extra)  # 换成 JupyterLab 进程，不返回
+    if extra:
         parser.error(f"不认识的参数：{' '.join(extra)}")
-    return update(REPO_ROOT) if args.command == "update" else 0
+    if args.command == "init":
+        init(REPO_ROOT)
+        return 0
+    return update(REPO_ROOT)
 
 
 if __name__ == "__main__":

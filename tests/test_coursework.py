@@ -244,10 +244,11 @@ def test_lab_command_opens_the_copy_with_the_student_profile(tmp_path, monkeypat
     cmd, env = coursework.lab_command(tmp_path)
     assert env["JUPYTER_CONFIG_PATH"] == str(tmp_path / "deploy/jupyterhub/jupyter-config/student")
     assert f"--ServerApp.root_dir={tmp_path / 'mywork'}" in cmd
-    assert "--LabApp.default_url=/lab/tree/notebooks/00_start_here.ipynb" in cmd
+    assert "--LabApp.default_url=/lab/workspaces/lecture07/tree/notebooks/00_start_here.ipynb" in cmd
     cmd, env = coursework.lab_command(tmp_path, ta=True)
     assert env["JUPYTER_CONFIG_PATH"] == str(tmp_path / "deploy/jupyterhub/jupyter-config/grader")
-    assert f"--ServerApp.root_dir={tmp_path}" in cmd and not any("default_url" in a for a in cmd)
+    assert f"--ServerApp.root_dir={tmp_path}" in cmd
+    assert "--LabApp.default_url=/lab/workspaces/lecture07-ta" in cmd  # 和学生的工作区分开：不恢复成课程的文件
 
 
 @pytest.mark.parametrize("role", ["student", "grader"])

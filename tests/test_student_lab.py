@@ -199,7 +199,7 @@ def _menu_labels(page) -> list[str]:
 
 def test_printed_url_opens_the_start_page_in_chinese_without_teacher_tools(student_lab):
     page = student_lab["page"]
-    assert "/lab/tree/notebooks/00_start_here.ipynb?token=" in student_lab["url"]
+    assert "/tree/notebooks/00_start_here.ipynb?token=" in student_lab["url"]
     page.wait_for_function("() => { const w = window.jupyterapp.shell.currentWidget;"
                            " return w && w.context && w.context.path === 'notebooks/00_start_here.ipynb'; }")
     labels = _menu_labels(page)
@@ -303,7 +303,8 @@ def test_make_update_keeps_the_answer_and_brings_the_new_version(course, student
 def test_ta_lab_has_formgrader(course, browser):
     proc, url, log = _start(course, "lab-ta", "make-lab-ta.log")
     try:
-        with urllib.request.urlopen(url.replace("/lab?", "/formgrader?", 1), timeout=60) as r:
+        base, token = url.split("/lab/")[0], url.split("?token=")[1]
+        with urllib.request.urlopen(f"{base}/formgrader?token={token}", timeout=60) as r:
             assert r.status == 200
         page = _new_page(browser, url)
         try:
@@ -313,6 +314,12 @@ def test_ta_lab_has_formgrader(course, browser):
             frame = page.frame_locator("iframe[src*='formgrader']")
             frame.get_by_text("Manage Assignments").first.wait_for()
             _shot(page, "student_lab_ta_formgrader.png")
+            # 助教的工作区和学生的分开：学生开过的标签页没有在这里恢复成课程的文件（否则自动保存会改写它们）
+            opened = page.evaluate("() => Array.from(window.jupyterapp.shell.widgets('main'))"
+                                   ".filter(w => w.context).map(w => w.context.path)")
+            assert opened == [], opened
+            page.wait_for_timeout(2500)
+            assert _git(course["student"], "status", "--porcelain", "--untracked-files=no") == ""
         finally:
             page.context.close()
     finally:
