@@ -1,5 +1,8 @@
 # 第 7 讲课程仓库的全部命令。新机器上只需要：
-#   make lab    —— 装好课程环境（requirements.txt：学生和助教要用的），检查环境，打开 JupyterLab
+#   make lab    —— 装好课程环境（requirements.txt：学生和助教要用的），检查环境，打开学生的 JupyterLab（中文界面）：
+#                  第一次运行时把各页和练习复制到 mywork/（学生自己的副本，git 忽略），打开的是副本，课程文件永远不被改动
+#   make update —— 取课程的新版本（git pull），按单元格并进 mywork/：答案和运行结果留着（lib/coursework.py）
+#   make lab-ta —— 助教的 JupyterLab：在课程根目录，有 formgrader（nbgrader 的教师工具）
 #   make test   —— 再装好测试、JupyterHub 和网站的工具（requirements-dev.txt），跑全部测试（CI 也用它：.ci/run）
 #   make site   —— 静态网站：把 notebook 存下的输出做成网页，放在 _site/（离线可读、可搜索；只在课程环境上加装
 #                  requirements-site.txt）
@@ -16,7 +19,7 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 # 小模型在 CPU 上单线程更快，也避免两个测试进程抢同一个核
 export OMP_NUM_THREADS ?= 1
 
-.PHONY: setup setup-student site system-deps hub-deps hub hub-clean lab test test-fast nbval notebooks artifact sweep-report release bench grade grade-demo clean-student-data stamp-badges
+.PHONY: setup setup-student site system-deps hub-deps hub hub-clean lab lab-ta update test test-fast nbval notebooks artifact sweep-report release bench grade grade-demo clean-student-data stamp-badges
 
 setup-student: $(STAMP_STUDENT)
 setup: $(STAMP)
@@ -46,9 +49,18 @@ $(STAMP_SITE): $(STAMP_STUDENT) requirements-site.txt
 	$(PY) -m pip install -q --no-compile -r requirements.txt -r requirements-site.txt
 	touch $(STAMP_SITE)
 
+# 学生的设置（中文界面、没有新闻弹窗、没有教师工具）和 hub 上学生的服务器是同一份：deploy/jupyterhub/jupyter-config/student/
+# （lib/coursework.py 用 JUPYTER_CONFIG_PATH 指向它）。LAB_ARGS 交给 JupyterLab，例如 make lab LAB_ARGS="--no-browser --port=8890"
 lab: setup-student
 	$(PY) -m lib.check_env
-	$(VENV)/bin/jupyter lab --notebook-dir=. $(if $(filter 0,$(shell id -u)),--allow-root) notebooks/00_start_here.ipynb
+	$(PY) -m lib.coursework lab $(LAB_ARGS)
+
+lab-ta: setup-student
+	$(PY) -m lib.check_env
+	$(PY) -m lib.coursework lab --ta $(LAB_ARGS)
+
+update: setup-student
+	$(PY) -m lib.coursework update
 
 # 浏览器测试要 Chromium 和一种中文字体（Debian 的 fonts-noto-cjk：没有它，中文都画成方块，手机宽度的版面量的是方块，
 # tests/test_site.py 会直接失败并提示运行 make system-deps），评分沙箱要 bubblewrap，PostgreSQL gradebook 的测试

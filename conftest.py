@@ -40,6 +40,7 @@ SLOWEST_FIRST = {
     "tests/test_toy_tasks.py": 58,
     "notebooks/11_mini_gpt_vs_rnn.ipynb": 70,
     "tests/test_browser.py": 53,
+    "tests/test_student_lab.py": 70,  # make lab / make lab-ta 各起一次 JupyterLab，打开 19 个 notebook（2026-12-04 估计）
     "tests/test_site.py": 45,  # 构建网站（约 10 秒）再用 Chromium 打开
     "tests/test_fairness.py": 47,
     "tests/test_grading_forkserver.py": 45,

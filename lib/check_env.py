@@ -148,8 +148,9 @@ def collect(pins: dict[str, str] | None = None, on_colab: bool | None = None,
     return items
 
 
-def advice(items: list[Item], pins: dict[str, str], on_colab: bool) -> list[str]:
-    """该运行的命令（只在有问题时给出）。"""
+def advice(items: list[Item], pins: dict[str, str], on_colab: bool, requirements: Path = REQUIREMENTS) -> list[str]:
+    """该运行的命令（只在有问题时给出）。学生的清单（requirements.txt）：make lab 装好再打开 JupyterLab；
+    测试和助教的清单（requirements-dev.txt，make test 用）：make setup。"""
     failed = {i.name for i in items if i.status == FAIL}
     warned = {i.name for i in items if i.status == WARN}
     if not failed and not warned:
@@ -166,8 +167,10 @@ def advice(items: list[Item], pins: dict[str, str], on_colab: bool) -> list[str]
     if "torch" in failed and "torch" in pins:
         todo.append(TORCH_CPU_INSTALL.format(version=pins["torch"]) + "   （CPU 版 torch，先装它）")
     if failed - {"Python"} or warned - {"nbgrader 扩展"}:
-        todo.append("make setup   （在课程根目录；等价于 "
-                    f"{'.venv/bin/' if in_venv else ''}python -m pip install -r requirements.txt）")
+        name = Path(requirements).name
+        make = "make lab   （在课程根目录：装好缺的包，再打开 JupyterLab" if name == "requirements.txt" else \
+            "make setup   （在课程根目录：装好测试和助教要的包"
+        todo.append(f"{make}；装包等价于 {'.venv/bin/' if in_venv else ''}python -m pip install -r {name}）")
     if not in_venv and (REPO_ROOT / ".venv").exists():
         todo.append("注意：你现在用的不是课程的 .venv；用 .venv/bin/python 或 make lab 启动")
     ext = next((i for i in items if i.name == "nbgrader 扩展" and i.status == WARN), None)
@@ -196,7 +199,7 @@ def main(argv=None) -> int:
     width = max(_width(i.name) for i in items)
     for i in items:
         print(f"  {i.status} {i.name}{' ' * (width - _width(i.name))}  {i.detail}")
-    todo = advice(items, pins, on_colab)
+    todo = advice(items, pins, on_colab, args.requirements)
     if n_fail:
         print(f"✗ 缺 {n_fail} 项必需的东西，课程还不能运行。要做的：")
     elif n_warn:

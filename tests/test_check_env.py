@@ -60,7 +60,12 @@ def test_a_missing_package_fails_with_what_to_run(tmp_path):
     proc = _run("--quiet", "--requirements", str(req))
     assert proc.returncode == 1
     assert "✗ lecture07-not-installed-pkg" in proc.stdout and "没有安装（课程用 1.2.3）" in proc.stdout
-    assert "make setup" in proc.stdout and "pip install -r requirements.txt" in proc.stdout
+    assert "make lab" in proc.stdout and "pip install -r requirements.txt" in proc.stdout
+    assert "make setup" not in proc.stdout  # 学生的清单：make lab（make setup 是测试和助教的）
+    dev = tmp_path / "requirements-dev.txt"
+    dev.write_text("lecture07-not-installed-pkg==1.2.3\n", encoding="utf-8")
+    proc = _run("--quiet", "--requirements", str(dev))
+    assert "make setup" in proc.stdout and "pip install -r requirements-dev.txt" in proc.stdout
 
 
 def test_missing_torch_says_how_to_install_the_cpu_build(monkeypatch, capsys):

@@ -393,6 +393,13 @@ def test_class_on_jupyterhub(hub):
             # 页面配置里 news 是关掉的（news_url=None，空字符串不算）：服务器不去取新闻；弹窗本身见下面反馈那一步的检查
             page_config = json.loads(pages[STUDENTS[0]].locator("#jupyter-config-data").text_content())
             assert page_config.get("news", {}).get("disabled") is True, page_config.get("news")
+            # 学生的设置和本地的 make lab 是同一份（jupyter-config/student/）：中文菜单，没有教师工具；助教的都在
+            labels = pages[STUDENTS[0]].locator("#jp-MainMenu .lm-MenuBar-itemLabel").all_inner_texts()
+            assert "文件" in labels and "File" not in labels, labels
+            tools = ("() => ['nbgrader:open-formgrader', 'nbgrader:open-create-assignment', 'nbgrader:open-assignment-list']"
+                     ".map(id => window.jupyterapp.commands.hasCommand(id))")
+            assert pages[STUDENTS[0]].evaluate(tools) == [False, False, True]
+            assert pages[INSTRUCTOR].evaluate(tools) == [True, True, True]
 
             # 资源限制确实加在了学生的服务器上
             for name in STUDENTS:
@@ -491,6 +498,7 @@ def test_class_on_jupyterhub(hub):
                 shot = _shot(page, f"hub_feedback_{name}.png")
                 # 页面已经开了一分多钟：没有“要不要接收 Jupyter 新闻”的弹窗挡着（announcements 插件已禁用）
                 assert page.get_by_text("official Jupyter news").count() == 0, f"新闻弹窗还在（截图 {shot}）"
+                assert page.get_by_text("Jupyter 新闻").count() == 0, f"新闻弹窗还在（截图 {shot}）"
             timings["students_fetch_feedback_3"] = time.monotonic() - t
         finally:
             browser.close()

@@ -12,8 +12,7 @@
 页面：PARTS 里的各部分，现在是 notebooks/*.ipynb（按讲义的顺序）和练习的学生版 release/exercises/*.ipynb（不含
 source/、solutions/），各有一个目录页；再加一部分 Markdown 写的页面（比如 docs/*.md）只要在 PARTS 里加一个 Part。
 notebook 每页标题下是收起的一行“运行这一页”（点开：下载仓库里的原文件、在 Colab 里打开、在自己的电脑或 JupyterHub 上打开），
-手机上第一屏就是正文。页面里用相对路径引用的图片（Colab 徽章等）复制到网站里；还指向 colab.research.google.com 的
-徽章图片换成网站自己的一份。
+手机上第一屏就是正文。页面里用相对路径引用的图片（Colab 徽章 assets/colab-badge.svg 等）复制到网站里。
 """
 from __future__ import annotations
 
@@ -32,11 +31,6 @@ from urllib.parse import unquote
 ROOT = Path(__file__).resolve().parents[2]
 BUILD = ROOT / "_build" / "site-src"
 OUT = ROOT / "_site"
-BADGE_URL = "https://colab.research.google.com/assets/colab-badge.svg"
-BADGE = ('<svg xmlns="http://www.w3.org/2000/svg" width="117" height="20" role="img" aria-label="Open In Colab">'
-         '<rect width="117" height="20" rx="3" fill="#444"/><rect x="0" width="20" height="20" rx="3" fill="#f9ab00"/>'
-         '<text x="68" y="14" fill="#fff" font-family="sans-serif" font-size="11" text-anchor="middle">Open in Colab</text>'
-         '</svg>\n')
 MATHJAX_FILES = ("tex-chtml.js", "output/chtml/fonts", "ui", "a11y", "input/tex/extensions", "input/mml.js",
                  "input/mml")  # input/mml：右键菜单里的“无障碍”模式要用
 ORIGINALS = "originals"  # 下载用的原文件（网站那一份多了标题下的说明）
@@ -157,7 +151,7 @@ def copy_relative_images(text: str, src: Path, dst: Path, root: Path | None = No
 
 def _prepare_notebook(src: Path, build: Path, rel: Path, title_suffix: str = "") -> str:
     """把一个 notebook 复制成网站的一页：标题（加 title_suffix）单独一格，下面紧跟收起的“运行这一页”；用相对路径
-    引用的图片一起复制，还指向 Colab 网站的徽章图片换成网站自己的一份。原文件另存一份在 originals/，下载链接给的是它。
+    引用的图片一起复制。原文件另存一份在 originals/，下载链接给的是它。
     返回标题。"""
     original, dst = build / ORIGINALS / rel, build / rel
     original.parent.mkdir(parents=True, exist_ok=True)
@@ -167,7 +161,6 @@ def _prepare_notebook(src: Path, build: Path, rel: Path, title_suffix: str = "")
         if cell["cell_type"] == "markdown":
             cell["source"] = "".join(cell["source"])
             copy_relative_images(cell["source"], src, dst)
-            cell["source"] = cell["source"].replace(BADGE_URL, "../" * (len(rel.parts) - 1) + "_static/colab-badge.svg")
     head, _, rest = nb["cells"][0]["source"].partition("\n")
     title = head.lstrip("# ").strip() + title_suffix
     nb["cells"][0]["source"] = rest.lstrip("\n")
@@ -295,7 +288,7 @@ def prepare(build: Path = BUILD, parts: list[Part] = PARTS) -> list[str]:
     shutil.rmtree(build, ignore_errors=True)
     static = build / "_static"
     static.mkdir(parents=True)
-    for name, text in (("colab-badge.svg", BADGE), ("course.css", CSS), ("search-zh.js", SEARCH_JS), ("favicon.svg", FAVICON)):
+    for name, text in (("course.css", CSS), ("search-zh.js", SEARCH_JS), ("favicon.svg", FAVICON)):
         (static / name).write_text(text, encoding="utf-8")
     _chinese_sidebar_button(build / "_templates")
     _chinese_ui_strings(build)

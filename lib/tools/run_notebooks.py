@@ -2,6 +2,7 @@
 
 用法：CI=true python -m lib.tools.run_notebooks notebooks/05_positional_encoding.ipynb ...
 CI=true 让进度条保持安静，这样保存下来的输出和 CI 里重新执行的输出一致。
+写回的 notebook 的 metadata.kernelspec 总是课程装的内核（lib.tools.badges.KERNELSPEC），和执行前的写法无关。
 
 --allow-errors：出错的单元格之后照样往下执行，最后列出出错的单元格（维护者重新生成结果时用：一条结论不成立，
 后面的训练结果照样写进文件，改完结论再执行一次）。--no-write：不写回文件（lib/tools/sweep_report.py 用）。
@@ -19,6 +20,7 @@ from nbclient import NotebookClient
 
 from lib.claims import PAGE_ENV
 from lib.tools.cell_marks import sync as sync_cell_marks
+from lib.tools.badges import stamp_kernelspec
 
 
 def run(path: Path, timeout: int = 900, allow_errors: bool = False, write: bool = True) -> tuple[float, list[str]]:
@@ -37,6 +39,7 @@ def run(path: Path, timeout: int = 900, allow_errors: bool = False, write: bool 
               for out in cell.get("outputs", []) if out.get("output_type") == "error"]
     if write:
         sync_cell_marks(nb)  # 标签 hide-input 等 → JupyterLab 的收起标记（lib/tools/cell_marks.py）
+        stamp_kernelspec(nb)  # 存下的内核永远是课程装的那个（打开时 JupyterLab 就不用改写它，见 lib/tools/badges.py）
         nbformat.write(nb, path)
     return elapsed, errors
 
