@@ -104,11 +104,11 @@ def test_notebook_07_claims_hold_on_seeds_outside_the_ten():
     ns = notebook_namespace(NOTEBOOK_07, "from lib.claims import", "def collapse_score")
     ns["SEEDS"] = UNSEEN_07
     ns["runs"] = [ns["run"](variant, seed) for variant in ns["VARIANTS"] for seed in UNSEEN_07]
-    run_cell(NOTEBOOK_07, ns, "seed-claims-depth")
-    ns["post_short"] = [r for r in ns["runs"] if r["variant"] == "Post-LN"]
     ns["post_long"] = [ns["run"]("Post-LN", seed, warmup_steps=100) for seed in UNSEEN_07]
+    ns["post_short"] = [r for r in ns["runs"] if r["variant"] == "Post-LN"]
     print({(r["variant"], r["warmup"], r["seed"]): (round(r["last50"], 3), r["accuracy"]) for r in ns["runs"] + ns["post_long"]})
-    run_cell(NOTEBOOK_07, ns, "seed-claims-warmup")
+    run_cell(NOTEBOOK_07, ns, "seed-claims-depth")  # §7.1：Pre-LN、去掉残差（预热 10 步）和 Post-LN（预热 100 步）
+    run_cell(NOTEBOOK_07, ns, "seed-claims-warmup")  # §7.4：Post-LN 只预热 10 步
 
 
 def test_without_residual_the_model_is_stuck_at_chance():
