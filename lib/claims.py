@@ -121,7 +121,7 @@ def _requirement(c: Claim) -> str:
     if c.kind == "sometimes":
         lo, hi = c.low, c.high
         if lo is not None and hi is not None:
-            return f"{int(lo)}–{int(hi)} 个"
+            return f"在 {int(lo)}–{int(hi)} 个之间"
         return f"至少 {int(lo)} 个" if lo is not None else f"至多 {int(hi)} 个"
     return "每个都" + (f"在 {c.bound()} 里" if c.bound().startswith("[") else f" {c.bound()}")
 
