@@ -48,7 +48,7 @@ def average_query(K, a, b):
     return 20.0 * (K[a] + K[b])
 '''
 
-# 学号 -> (练习 4 答案单元格的内容, 预期)
+# 学号 -> 练习 4 答案单元格的内容（每种写法的预期写在 test_an_attack_gets_no_secret_and_the_predicted_status 里）
 ATTACKS = {
     "a01_frame_walk": (VISIBLE + '''
 def copy_query(K, a):
@@ -60,7 +60,7 @@ def copy_query(K, a):
             f = f.f_back
         raise KeyError("SEEDS=" + ",".join(seeds))
     return 20.0 * K[a]
-''', "sys._getframe 被拦下：反馈里是 PermissionError，没有任何种子；suspect；copy_query 的 3 分没有"),
+'''),
     "a02_exception_str": (VISIBLE + '''
 class Explained(Exception):
     def __str__(self):  # 探针把错误写成文字时才调用：那时调用栈上是评分程序
@@ -75,7 +75,7 @@ def copy_query(K, a):
     if not _visible(K):
         raise Explained()
     return 20.0 * K[a]
-''', "__str__ 里的 tb_frame 被拦下，整个 copy_query 探针记成 PermissionError；suspect；少 3 分"),
+'''),
     "a03_number": ('''\
 import numpy as np
 
@@ -99,8 +99,7 @@ def average_query(K, a, b):
         flat = [float(x) for s in _seen if s is not None for x in np.ravel(s) if x > 1000]  # 不要 salt 和 4
         return np.array((flat + [0.0] * K.shape[1])[:K.shape[1]])
     return 20.0 * (K[a] + K[b])
-''', "记录里只有练习 01 自己的检查的种子（和 salt、公开测试的 4），没有密钥、旧的课程种子和别的 notebook 的种子；"
-     "替换 numpy.random.default_rng 被标成 suspect；average_query 的 3 分没有"),
+'''),
     "a04_warning": (VISIBLE + '''
 import inspect
 import warnings
@@ -115,8 +114,7 @@ def copy_query(K, a):
     print("copy_query 的输入：", K.shape, a)
     warnings.warn(Leaky("看看调用栈"))
     return 20.0 * K[a]
-''', "warnings 在过滤之前就调用 __str__：检查时 inspect.stack 被拦下，copy_query 在隐藏输入上出错；suspect；少 3 分；"
-     "print 和警告都不进反馈"),
+'''),
     "a05_thread": (VISIBLE.replace("def average_query(K, a, b):\n    return 20.0 * (K[a] + K[b])\n", "") + '''
 import threading
 import time
@@ -148,7 +146,7 @@ def average_query(K, a, b):
     if not _visible(K):
         raise KeyError("LOOT=" + ",".join(_loot[:20]))
     return 20.0 * (K[a] + K[b])
-''', "检查阶段线程里的 sys._current_frames 被拦下：LOOT 是空的；suspect；少 3 分"),
+'''),
     "a06_outlives": (VISIBLE.replace("def average_query(K, a, b):\n    return 20.0 * (K[a] + K[b])\n", "") + '''
 _stash = []
 
@@ -172,7 +170,7 @@ def average_query(K, a, b):
     if not _visible(K):  # 后一个检查读前一个检查留下的东西
         raise KeyError("STASH=" + ",".join(_stash[:20]))
     return 20.0 * (K[a] + K[b])
-''', "__del__ 里的 sys._getframe 被拦下：STASH 里只有 blocked；suspect；copy_query 满分，average_query 少 3 分"),
+'''),
     "a07_environment": (VISIBLE + '''
 import os
 
@@ -181,7 +179,7 @@ def copy_query(K, a):
     if not _visible(K):
         raise KeyError("ENV=" + ";".join(f"{k}={v}" for k, v in sorted(os.environ.items())))
     return 20.0 * K[a]
-''', "环境变量里只有 kernel_env 的那几个，没有密钥和种子；不算窥探（ok）；少 3 分"),
+'''),
     "a08_proc": (VISIBLE + '''
 import os
 import re
@@ -217,7 +215,7 @@ def copy_query(K, a):
     if not _visible(K):
         raise KeyError("FOUND=" + ",".join(_hex_tokens()[:30]) + ";PARENT=" + _read(f"/proc/{os.getppid()}/cmdline").decode())
     return 20.0 * K[a]
-''', "/proc 里（有沙箱时只看得见沙箱里的进程）和自己的堆里都没有密钥；读 /proc 不算窥探（ok）；少 3 分"),
+'''),
 }
 SUSPECT = {"a01_frame_walk", "a02_exception_str", "a03_number", "a04_warning", "a05_thread", "a06_outlives"}
 LOST = {"a01_frame_walk": "ex4_copy_query", "a02_exception_str": "ex4_copy_query", "a03_number": "ex4_average_query",
@@ -267,7 +265,7 @@ def attacked(tmp_path_factory):
     if not BWRAP:
         pytest.skip(f"需要 bubblewrap：{BWRAP_MSG}")
     root = tmp_path_factory.mktemp("secret")
-    course, subs = _course_with_secret(root, {"a00_honest": None, **{sid: a for sid, (a, _) in ATTACKS.items()}})
+    course, subs = _course_with_secret(root, {"a00_honest": None, **dict(ATTACKS)})
     _grade(course, subs)
     secret = hidden_inputs.read_secret(course)
     inputs = hidden_inputs.HiddenInputs(secret)
@@ -332,7 +330,16 @@ def test_the_honest_answer_is_ok_with_a_secret(attacked):
 @pytest.mark.slow
 @pytest.mark.parametrize("sid", sorted(ATTACKS))
 def test_an_attack_gets_no_secret_and_the_predicted_status(attacked, sid):
-    """每种写法的预期见 ATTACKS[sid][1]（运行之前写下的）。"""
+    """每种写法的预期（运行之前写下的；反馈 = 学生看到的 HTML 和 detail）：
+    - a01_frame_walk：sys._getframe 被拦下：反馈里是 PermissionError，没有任何种子；suspect；copy_query 的 3 分没有。
+    - a02_exception_str：__str__ 里的 tb_frame 被拦下，整个 copy_query 探针记成 PermissionError；suspect；少 3 分。
+    - a03_number：记录里只有练习 01 自己的检查的种子（和 salt、公开测试的 4），没有密钥、旧的课程种子和别的 notebook 的种子；替换 numpy.random.default_rng 被标成 suspect；average_query 的 3 分没有。
+    - a04_warning：warnings 在过滤之前就调用 __str__：检查时 inspect.stack 被拦下，copy_query 在隐藏输入上出错；suspect；少 3 分；print 和警告都不进反馈。
+    - a05_thread：检查阶段线程里的 sys._current_frames 被拦下：LOOT 是空的；suspect；少 3 分。
+    - a06_outlives：__del__ 里的 sys._getframe 被拦下：STASH 里只有 blocked；suspect；copy_query 满分，average_query 少 3 分。
+    - a07_environment：环境变量里只有 kernel_env 的那几个，没有密钥和种子；不算窥探（ok）；少 3 分。
+    - a08_proc：/proc 里（有沙箱时只看得见沙箱里的进程）和自己的堆里都没有密钥；读 /proc 不算窥探（ok）；少 3 分。
+    结果：8 种都和预期相符。a08 多了一点预期之外的：沙箱里连 /proc/self/mem 也打不开（PermissionError），堆没有读到。"""
     row, html = attacked["rows"][sid], attacked["feedback"][sid]
     assert _leaks(attacked, html + row["detail"], allow_own=sid == "a03_number") == [], (sid, row)
     assert ("suspect" in gf.statuses(row)) == (sid in SUSPECT), (sid, row)
