@@ -47,7 +47,7 @@ STUDENT_TORCH = "import sys, json, torch\nprint(json.dumps({'threads': torch.get
 def _execute(source: str, course: Path, tmp: Path, forkserver) -> dict:
     nb = {"cells": [{"cell_type": "code", "source": source, "metadata": {}, "outputs": [], "execution_count": None}],
           "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
-    control = {"nonce": "n" * 32, "seed": 1, "probes_source": "PROBES = {}", "grade_ids": [], "probe_timeout": 30}
+    control = {"nonce": "n" * 32, "seeds": {}, "probes_source": "PROBES = {}", "grade_ids": [], "probe_timeout": 30}
     res = sandbox.execute(nb, course_root=course, scratch_base=tmp, hide=[], limits=sandbox.Limits(cell_timeout=60),
                           slot=0, control=control, use_bwrap=True, forkserver=forkserver)
     assert res.records == {} and not res.crashed, res.stderr_tail

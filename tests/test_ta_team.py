@@ -10,6 +10,7 @@
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -317,23 +318,22 @@ def test_manual_grades_entered_while_another_ta_grades_are_all_kept(tmp_path, po
 def test_two_secrets_give_different_hidden_inputs_and_no_secret_the_public_seed(tmp_path):
     from lib.grading import exercise_checks  # noqa: F401  （先导入它：练习模块由它加载）
     from lib.grading.exercises import ex01
-    assert hidden_inputs.seed(tmp_path) == pipeline.SEED == 0  # 公开的克隆：和以前一样
+    gids = ["ex1_self_attention", "ex4_copy_query"]
+    public = hidden_inputs.HiddenInputs.for_course(tmp_path)
+    assert public.public and public.seeds(gids) == {g: pipeline.SEED for g in gids} == {g: 0 for g in gids}  # 公开的克隆
     path = hidden_inputs.create(tmp_path)
     assert oct(path.stat().st_mode & 0o777) == "0o640" and path.stat().st_gid == tmp_path.stat().st_gid
-    first = hidden_inputs.seed(tmp_path)
+    first = hidden_inputs.HiddenInputs.for_course(tmp_path)
     with pytest.raises(FileExistsError):
         hidden_inputs.create(tmp_path)  # 学期中间不会被不小心换掉
     hidden_inputs.create(tmp_path, force=True)
-    second = hidden_inputs.seed(tmp_path)
-    assert len({0, first, second}) == 3
-    inputs = ["inputs_self_attention"]
-    assert inputs
-    for name in inputs:
-        fn = getattr(ex01, name)
-        assert repr(fn(first)) != repr(fn(second)) != repr(fn(0)), name  # 隐藏输入跟着密钥变
+    second = hidden_inputs.HiddenInputs.for_course(tmp_path)
+    a, b = first.seed("ex1_self_attention"), second.seed("ex1_self_attention")
+    assert len({0, a, b}) == 3
+    assert repr(ex01.inputs_self_attention(a)) != repr(ex01.inputs_self_attention(b)) != repr(ex01.inputs_self_attention(0))
     opts = pipeline.Options(assignment="exercises", submissions=tmp_path)
-    assert pipeline.grader_version(opts, "src") == pipeline.grader_version(opts, "src", 0)  # 没有密钥：存下的结果照旧能用
-    assert pipeline.grader_version(opts, "src", first) != pipeline.grader_version(opts, "src", second)
+    assert pipeline.grader_version(opts, "src") == pipeline.grader_version(opts, "src", public.version())  # 没有密钥：存下的结果照旧能用
+    assert pipeline.grader_version(opts, "src", first.version()) != pipeline.grader_version(opts, "src", second.version())
 
 
 @pytest.mark.slow
@@ -345,7 +345,11 @@ def test_the_same_secret_gives_identical_scores_on_two_runs(tmp_path, clean):
     for course in courses:
         assert _grade(course, clean["subs"])[0] == 0
         states = list((course / ".grading" / "exercises" / "state").glob("*.json"))
-        assert states and all(f'"seed": {hidden_inputs.seed(course)}' in p.read_text(encoding="utf-8") for p in states)
+        inputs = hidden_inputs.HiddenInputs.for_course(course)
+        for p in states:  # 每个检查自己的种子（和发进内核的相同），存下来给判分用
+            seeds = json.loads(p.read_text(encoding="utf-8"))["seeds"]
+            assert seeds and seeds == inputs.seeds(seeds) and len(set(seeds.values())) == len(seeds)
+        assert states
     a, b = (_scores(_sqlite(c)) for c in courses)
     assert a == b
     assert {sid: total for sid, (total, _) in a.items()} == {sid: total for sid, (total, _) in clean["scores"].items()}

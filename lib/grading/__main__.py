@@ -29,6 +29,8 @@ EPILOG = """\
 export、report 可以同时读，只等正在写的那一个。
 """
 BUSY_EXIT = 5  # 课程正被另一个命令使用，而命令行加了 --no-wait
+SECRET_WITHOUT_SANDBOX = ("课程有学期密钥、却没有 bubblewrap 沙箱（学生的代码能读到密钥）时也评分。默认拒绝：读到密钥就能算出"
+                          "这个学期所有的隐藏输入")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -56,6 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--memory-mb", type=int, default=sandbox.Limits.memory_mb, help="每份提交的内存上限（MB）")
     g.add_argument("--max-procs", type=int, default=sandbox.Limits.max_procs, help="每份提交的进程/线程数上限")
     g.add_argument("--no-sandbox", action="store_true", help="不使用 bubblewrap（不推荐）")
+    g.add_argument("--secret-without-sandbox", action="store_true", help=SECRET_WITHOUT_SANDBOX)
     g.add_argument("--no-feedback", action="store_true", help="不生成反馈 HTML")
     g.add_argument("--no-fork-server", action="store_true",
                    help="每份提交启动全新的 Python 再导入库（慢几倍；用来核对加速前后分数相同）")
@@ -67,6 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     f = sub.add_parser("feedback", help="formgrader 人工评分之后：用课程里保存的副本重写反馈和 grades.csv")
     f.add_argument("assignment")
     f.add_argument("--quiet", action="store_true")
+    f.add_argument("--secret-without-sandbox", action="store_true", help=SECRET_WITHOUT_SANDBOX)
     e = sub.add_parser("export", help="写出上传到 LMS 的成绩文件（和反馈包）")
     e.add_argument("assignment")
     e.add_argument("--lms", required=True, choices=export_mod.LMS_NAMES, help="上传到哪个 LMS；csv = 每个学生一行的总表")
@@ -90,7 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
-def feedback_options(assignment: str, quiet: bool) -> pipeline.Options:
+def feedback_options(assignment: str, quiet: bool, secret_without_sandbox: bool = False) -> pipeline.Options:
     """feedback：上次 grade 的设置（限额、并行数、检查模块）+ 上次导入时存的副本（不读下载路径）。"""
     ws = Path(".grading") / assignment
     try:
@@ -101,7 +105,8 @@ def feedback_options(assignment: str, quiet: bool) -> pipeline.Options:
     limits = sandbox.Limits(cell_timeout=cfg["cell_timeout"], memory_mb=cfg["memory_mb"], max_procs=cfg["max_procs"])
     return pipeline.Options(assignment=assignment, submissions=ws / "imported", jobs=cfg["jobs"], limits=limits,
                             checks_module=cfg["checks_module"], probes_file=Path(cfg["probes_file"]),
-                            use_bwrap=cfg["use_bwrap"], reuse_import=True, quiet=quiet)
+                            use_bwrap=cfg["use_bwrap"], reuse_import=True, quiet=quiet,
+                            secret_without_sandbox=secret_without_sandbox)
 
 
 def check_course_root_only() -> None:
@@ -177,7 +182,7 @@ def run_locked(args) -> int:
                           args.comments, args.feedback_zip)
         return 0
     if args.cmd == "feedback":
-        rows = pipeline.run(feedback_options(args.assignment, args.quiet))
+        rows = pipeline.run(feedback_options(args.assignment, args.quiet, args.secret_without_sandbox))
     else:
         limits = sandbox.Limits(cell_timeout=args.timeout, memory_mb=args.memory_mb, max_procs=args.max_procs)
         opts = pipeline.Options(assignment=args.assignment, submissions=args.submissions, jobs=args.jobs,
@@ -186,6 +191,7 @@ def run_locked(args) -> int:
                                 submitted_at=args.submitted_at,
                                 use_bwrap=False if args.no_sandbox else None, feedback=not args.no_feedback,
                                 fork_server=not args.no_fork_server, quiet=args.quiet, fresh=args.fresh,
+                                secret_without_sandbox=args.secret_without_sandbox,
                                 checks_module=args.checks_module, probes_file=args.probes_file)
         rows = pipeline.run(opts)
     errors = [r for r in rows if r.status == "error"]

@@ -3,7 +3,8 @@
 并行：N 个线程各自管理一个沙箱子进程（真正的计算都在子进程里）；主线程是 gradebook.db 的唯一写入者，
 每完成一份就写入分数和反馈。断点续跑：每份提交的执行结果按“原始文件的 sha256 + 评分器版本”存进
 .grading/ASSIGNMENT/state/，再次运行时直接复用（不再执行学生代码），重新判分、重写一切，
-所以结果和第一次完全相同。检查用的随机种子是固定的（SEED），分数只取决于提交的文件。
+所以结果和第一次完全相同。检查用的随机种子是固定的（没有学期密钥时是 SEED，有时每个检查一个，见 hidden_inputs），
+分数只取决于提交的文件。
 """
 from __future__ import annotations
 
@@ -39,7 +40,7 @@ STATUS_ORDER = ["ok", "repaired", "timeout", "crashed", "suspect", "quarantined"
 FAKE_PASS_RE = re.compile(r"(测试通过|全部通过|所有测试|通过了所有|tests? passed|all tests|满分|✓|✔|\bPASS\b)",
                           re.IGNORECASE)
 CSV_FIELDS = ["student_id", "notebook", "score", "max_score", "status", "detail"]
-SEED = 0  # 课程没有学期密钥时探针和检查的种子（= exercise_checks.DEFAULT_SEED）；有密钥时见 hidden_inputs.seed
+SEED = 0  # 课程没有学期密钥时探针和检查的种子（= exercise_checks.DEFAULT_SEED）；有密钥时见 hidden_inputs.HiddenInputs
 
 
 @dataclass
@@ -64,6 +65,7 @@ class Options:
     progress: bool = True
     quiet: bool = False
     fresh: bool = False                # 忘掉之前导入的下载（分批评分从头开始）；默认新的下载并进之前的
+    secret_without_sandbox: bool = False  # 有学期密钥、没有沙箱、学生代码能读到密钥时也评分（助教明确要求时）
 
 
 @dataclass
@@ -108,20 +110,22 @@ def load_checks(module: str):
     return mod.CHECKS
 
 
-def grader_version(opts: Options, probes_source: str, seed: int = 0) -> str:
-    """存下的执行结果能不能沿用：执行学生代码的程序、探针、限额，以及隐藏输入的种子（换了学期密钥就重新执行）。"""
+def grader_version(opts: Options, probes_source: str, inputs: str = "") -> str:
+    """存下的执行结果能不能沿用：执行学生代码的程序、探针、限额，以及隐藏输入从哪里来（inputs =
+    HiddenInputs.version()：换了学期密钥或派生方式就重新执行）。"""
     parts = [(HERE / name).read_text(encoding="utf-8") for name in ("runner.py", "repair.py", "sandbox.py")]
     parts += [(HERE.parent / "answer_format.py").read_text(encoding="utf-8"),  # 探针用它记录返回值
               probes_source, repr((opts.limits.cell_timeout, opts.limits.memory_mb, opts.limits.max_procs))]
-    if seed != SEED:  # 没有学期密钥时和以前的版本号相同：已经存下的执行结果照样能用
-        parts.append(f"seed {seed}")
+    if inputs:  # 没有学期密钥时（inputs 为空）版本号不含它
+        parts.append(f"hidden inputs {inputs}")
     return _sha("\n".join(parts))[:16]
 
 
 def execute_submission(nb: dict, auto_gids: list, opts: Options, slot: int, scratch_base: Path,
-                       probes_source: str, seed: int, use_bwrap: bool, hide: list,
+                       probes_source: str, seeds: dict, use_bwrap: bool, hide: list,
                        forkserver: sandbox.ForkServer | None = None) -> dict:
-    """执行（必要时跳过让内核崩溃/卡死的单元格再试，最多 3 次）。返回可存盘的 dict。"""
+    """执行（必要时跳过让内核崩溃/卡死的单元格再试，最多 3 次）。返回可存盘的 dict。
+    seeds：{grade_id: 这个检查的种子}，只有这次要检查的 grade_id（学期密钥本身从不发进内核）。"""
     skip: list[int] = []
     notes: list[str] = []
     ever_timeout = ever_crash = False
@@ -130,7 +134,7 @@ def execute_submission(nb: dict, auto_gids: list, opts: Options, slot: int, scra
         for i in skip:
             run_nb["cells"][i]["source"] = (
                 "raise RuntimeError('评分时跳过了这个单元格：它在上一次运行中让内核崩溃或超时')")
-        control = {"nonce": secrets.token_hex(16), "seed": seed, "probes_source": probes_source,
+        control = {"nonce": secrets.token_hex(16), "seeds": seeds, "probes_source": probes_source,
                    "grade_ids": auto_gids, "probe_timeout": opts.limits.cell_timeout}
         res = sandbox.execute(run_nb, course_root=opts.course_root, scratch_base=scratch_base, hide=hide,
                               limits=opts.limits, slot=slot, control=control, use_bwrap=use_bwrap,
@@ -185,7 +189,7 @@ def _name_the_answer_cell_error(messages: dict, repaired: dict, ex: dict) -> Non
 
 def judge(state: dict, repaired: dict, release: dict, checks: dict, notebook: str) -> dict:
     """在干净的评分进程里判分。学生代码从未在这个进程里运行过。"""
-    seed = state["seed"]
+    seeds = state["seeds"]  # 每个检查自己的种子，和发进内核的相同
     ex = state["exec"]
     records = ex.get("records")
     cells = gradebook_io.grade_cells(release)
@@ -210,7 +214,7 @@ def judge(state: dict, repaired: dict, release: dict, checks: dict, notebook: st
             frac, msg = 0.0, "没有记录到数据（内核在检查之前就崩溃或超时了）"
         else:
             try:
-                frac, msg = chk.verify(rec, seed)
+                frac, msg = chk.verify(rec, seeds[gid])
                 frac = float(frac)
                 if not math.isfinite(frac):
                     frac = 0.0
@@ -228,7 +232,8 @@ def judge(state: dict, repaired: dict, release: dict, checks: dict, notebook: st
     for kind, what in ex.get("flags") or []:
         kinds.setdefault(kind, []).append(what)
     label = {"read": "访问了评分相关路径", "write": "在临时目录之外写文件", "network": "尝试联网",
-             "process": "创建了子进程", "channel": "评分通道异常", "eq": "自定义了 __eq__/__bool__"}
+             "process": "创建了子进程", "channel": "评分通道异常", "eq": "自定义了 __eq__/__bool__",
+             "introspect": "检查时窥探评分程序（调用栈、对象）"}
     for kind, whats in kinds.items():
         tamper.append(f"{label.get(kind, kind)}：" + "、".join(sorted(set(whats))[:3]))
     if ex.get("junk"):
@@ -373,10 +378,11 @@ class GradingRun:
             raise SystemExit(f"{self.course} 不是课程根目录（没有 nbgrader_config.py）。请在课程根目录运行。")
         self.release = release_notebooks(self.course, opts.assignment)
         self.notebooks = list(self.release)
+        self.inputs = hidden_inputs.HiddenInputs.for_course(self.course)  # 每个检查的种子：没有学期密钥时是公开的 SEED
+        self._refuse_secret_without_sandbox()
         self.ws = self.course / ".grading" / opts.assignment
         (self.ws / "state").mkdir(parents=True, exist_ok=True)
         self.db_url = gradebook_io.course_db_url(self.course)  # nbgrader_config.py 的 CourseDirectory.db_url
-        self.seed = hidden_inputs.seed(self.course)  # 隐藏检查的输入从它生成：课程没有设学期密钥时是公开的 SEED
         self.say = (lambda *a: None) if opts.quiet else (lambda *a: print(*a, file=sys.stderr))
         self.rows: list[Row] = []
         self.previous = read_csv(self.course / "grades.csv")  # 写 gradebook 失败的行保留上次的分数
@@ -392,7 +398,7 @@ class GradingRun:
         self.items, self.roster = imported.items, imported.roster_ids
         self.checks = load_checks(opts.checks_module)
         self.probes_source = probes_mod.kernel_source(opts.probes_file)  # probes.py + 每个练习模块的探针一段
-        self.version = grader_version(opts, self.probes_source, self.seed)
+        self.version = grader_version(opts, self.probes_source, self.inputs.version())
         self._report_previous_run()
         (self.ws / "last_run.json").write_text(json.dumps({
             "submissions": str(Path(opts.submissions).resolve()), "jobs": opts.jobs, "name_regex": opts.name_regex,
@@ -427,19 +433,30 @@ class GradingRun:
                      f"{lms.course_time(last.get('at', '?'))} "
                      f"运行的 {last.get('command', 'grade')}）：沿用那次的执行结果，只重新判分、写入；"
                      f"{len(todo) - reused} 份要执行。")
-        stale = sum(self._stored_version(it) not in (None, self.version) for it in todo)
+        olds = [self._stored_header(it) for it in todo]
+        stale = [old for old in olds if old is not None and old.get("version") != self.version]
         if stale:  # 同一份文件执行过，但评分器变了：说清楚为什么这次要重新执行
-            self.say(f"{stale} 份提交上次执行过，但这次要重新执行：评分程序、探针、限额或隐藏输入的种子（学期密钥，"
-                     "python -m lib.grading secret）和上次不同。分数只取决于答案，重新执行之后应当不变。")
+            self.say(f"{len(stale)} 份提交上次执行过，但这次要重新执行：评分程序、探针、限额或隐藏输入（学期密钥，"
+                     "python -m lib.grading secret）和上次不同。" + self._what_a_rerun_changes(stale))
 
-    def _stored_version(self, it) -> str | None:
-        """上次执行同一份文件（同样的内容）时评分器的版本；没有执行过时 None。"""
+    def _what_a_rerun_changes(self, stale: list) -> str:
+        """重新执行会不会改变分数：只有有学期密钥的课程第一次换到每个检查一个种子（hidden_inputs.DERIVATION）时，
+        隐藏输入才会变（见 README“学期密钥”）。"""
+        before_v2 = sum(bool(old.get("seed")) for old in stale)  # 旧版的状态存一个非零的学期种子
+        if before_v2 and not self.inputs.public:
+            return (f"其中 {before_v2} 份是上一版评的：那时整个课程一个种子，它会进学生的内核（学生能读到，"
+                    f"从而算出所有隐藏输入），现在每个检查一个种子（{hidden_inputs.DERIVATION}），隐藏输入全部换新。"
+                    "全对或全错的答案分数不变；只在部分输入上出错的答案，分数可能变（这一批里所有人都用新的输入）。")
+        return "分数只取决于答案，重新执行之后应当不变。"
+
+    def _stored_header(self, it) -> dict | None:
+        """上次执行同一份文件（同样的内容）时存下的状态（评分器版本、种子……）；没有执行过时 None。"""
         sp = self.ws / "state" / f"{_safe_name(it.student_id)}__{_safe_name(it.notebook)}.json"
         try:
             old = json.loads(sp.read_text(encoding="utf-8"))
         except (OSError, json.JSONDecodeError):
             return None
-        return old.get("version") if old.get("sha") == it.sha else None
+        return old if old.get("sha") == it.sha else None
 
     def _start_gradebook_setup(self, imported) -> None:
         """新建 gradebook 里的作业结构要一两秒：放到后台线程里，和第一批提交的执行重叠（执行在子进程里，
@@ -498,13 +515,14 @@ class GradingRun:
 
     def execute(self, turn: int, it, repaired: dict, rel: dict) -> dict:
         auto_gids = [g for g, (p, auto) in gradebook_io.grade_cells(rel).items() if auto]
+        seeds = self.inputs.seeds(auto_gids)
         slot = self.slots.take(turn)  # Ctrl-C 之后还没开始的：抛出 Interrupted，不再执行
         try:
-            ex = execute_submission(repaired, auto_gids, self.opts, slot, self.scratch, self.probes_source, self.seed,
+            ex = execute_submission(repaired, auto_gids, self.opts, slot, self.scratch, self.probes_source, seeds,
                                     self.use_bwrap, self.hide, self.forkserver)
         finally:
             self.slots.give_back(slot)
-        state = {"sha": it.sha, "version": self.version, "seed": self.seed, "exec": ex, "src": it.src}
+        state = {"sha": it.sha, "version": self.version, "seeds": seeds, "exec": ex, "src": it.src}
         sp = self.ws / "state" / f"{_safe_name(it.student_id)}__{_safe_name(it.notebook)}.json"
         tmp = sp.with_suffix(".tmp")
         tmp.write_text(json.dumps(state, ensure_ascii=False), encoding="utf-8")
@@ -566,9 +584,33 @@ class GradingRun:
                 self.forkserver.close()
             shutil.rmtree(self.scratch, ignore_errors=True)
 
-    def _choose_sandbox(self) -> None:
+    def _sandbox_wanted(self) -> tuple[bool, bool, str]:
+        """(用不用 bwrap, bwrap 能不能用, 不能用时的说明)。"""
         bw_ok, bw_msg = sandbox.bwrap_status()
-        self.use_bwrap = bw_ok if self.opts.use_bwrap is None else (self.opts.use_bwrap and bw_ok)
+        return (bw_ok if self.opts.use_bwrap is None else (self.opts.use_bwrap and bw_ok)), bw_ok, bw_msg
+
+    def _refuse_secret_without_sandbox(self) -> None:
+        """有学期密钥时，学生的代码不能读到它（.grading/secret，或以同一个用户读评分进程的内存）。有 bwrap 时读不到；
+        没有 bwrap 时只有以 root 评分、内核换成槽位的 uid（而密钥对其他人不可读）才读不到。其余情况拒绝评分，
+        除非助教明确加了 --secret-without-sandbox。在导入下载之前检查，拒绝时什么也没有写。"""
+        if self.inputs.public:
+            return
+        use_bwrap = self._sandbox_wanted()[0]
+        if not sandbox.kernel_can_read(hidden_inputs.secret_path(self.course), use_bwrap):
+            return
+        if self.opts.secret_without_sandbox:
+            print("警告：没有 bubblewrap 沙箱，学生的代码以评分人的身份运行，能读到学期密钥（.grading/secret）"
+                     "和评分进程的内存：读到密钥的人能算出这个学期所有的隐藏输入。已按 --secret-without-sandbox 照常评分；"
+                     "读 .grading/ 的提交会标成 suspect。", file=sys.stderr)
+            return
+        raise SystemExit("这个课程有学期密钥（.grading/secret），但这次评分没有 bubblewrap 沙箱"
+                         + ("（按要求关闭了）" if self.opts.use_bwrap is False else "（找不到可用的 bwrap）")
+                         + "：学生的代码会以评分人的身份运行，能读到密钥文件和评分进程的内存，读到密钥就能算出这个学期"
+                         "所有的隐藏输入。请安装 bubblewrap（sudo apt-get install bubblewrap）后再评分；或者以 root 评分"
+                         "（Python 要装在所有用户都能读的地方，学生代码换成别的 uid）；确实要这样评，加 --secret-without-sandbox。")
+
+    def _choose_sandbox(self) -> None:
+        self.use_bwrap, bw_ok, bw_msg = self._sandbox_wanted()
         if not self.use_bwrap:
             self.say("注意：" + (bw_msg if not bw_ok else "已按要求关闭 bubblewrap 沙箱。"))
             if os.geteuid() == 0:

@@ -7,7 +7,8 @@
 契约：
 - 探针只用标准库、numpy、torch（只在需要时才导入）以及 ``lib.answer_format``（``describe`` 把任意返回值变成
   纯 JSON 的无损描述；格式规则本身由干净的评分进程执行）。内核里没有 lib/grading/。
-- 输入是固定的：seed 在评分时是常数（exercise_checks.DEFAULT_SEED），每道题另有自己的 salt，
+- 输入是固定的：seed 是这个 grade_id 自己的种子（没有学期密钥时是 exercise_checks.DEFAULT_SEED = 0，有时由密钥
+  派生，见 hidden_inputs.py；内核里只有这次要检查的 grade_id 的种子），每道题另有自己的 salt，
   所以同一份文件在任何人、任何一次运行、任何机器上得到同样的输入和同样的分数。
 - 探针出错时记录 ``{"error": "NameError: ..."}``，从不抛出异常；探针不做任何比较（学生可能改过 numpy）。
 - 学生的代码可能打印、发出警告或写日志：每次调用都静音，免得 nbgrader 把 stderr 当成失败。

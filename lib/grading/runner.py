@@ -10,8 +10,10 @@ fork 出一个内核、放进那份提交的沙箱，在那里运行同一个 ma
 - 通道 fd（只写，编号由参数给出）：每行一个 JSON 事件：{"ev": "start"/"end", ...}、{"ev": "cells_done"}、
   {"ev": "record", ...}、{"ev": "done"}。
 - 标准输入：学生的单元格全部跑完、本脚本发出 cells_done 之后，评分进程才写入一行 JSON：
-  本次运行的随机 nonce、随机种子、probes.py 的源码和要探测的 grade_id。学生代码运行时还不存在这些值，
+  本次运行的随机 nonce、要探测的 grade_id 和每个 grade_id 自己的种子（seeds；学期密钥从不进来，见
+  hidden_inputs.py）、probes.py 的源码。学生代码运行时还不存在这些值，
   所以事先打印或写好的“假记录”带不上正确的 nonce，也无法针对未知的种子准备答案。
+- {"ev": "alert", "kind": ..., "hex": ...}：发现可疑迹象的那一刻就发出（_install_tripwire），学生的代码事后抹不掉。
 学生代码和本脚本在同一个进程里：它能改动本脚本之后用到的东西，所以记录里的数据只当作“学生函数的输出”，
 对错全部由干净的评分进程重新计算（见 judge.py）。本脚本另外报告它看到的可疑迹象（被替换的函数、
 越界的文件访问、创建进程），交给人来看。
@@ -51,12 +53,13 @@ SUSPICIOUS_PARTS = {"solutions", "source", "gradebook.db", "autograded", "submit
                     ".grading", "exercise_checks.py", "nbgrader_config.py"}
 TRUSTED_PREFIXES = tuple({os.path.abspath(sys.prefix) + os.sep, os.path.abspath(sys.base_prefix) + os.sep})
 _state = {"phase": "setup", "forks": 0, "max_forks": 16, "flags": [], "child": False,
-          "scratch": "", "course_root": ""}
+          "scratch": "", "course_root": "", "alert": lambda kind, detail: None}
 
 
 def _flag(kind, detail):
     if len(_state["flags"]) < 50:
         _state["flags"].append([kind, str(detail)[:300]])
+        _state["alert"](kind, str(detail)[:300])  # 马上发给评分进程：学生清空 _state["flags"] 也抹不掉
 
 
 def _path_is_suspicious(path):
@@ -125,9 +128,199 @@ def _after_fork_in_child():
     _state["child"] = True
 
 
+# ---------------------------------------------------------------- 窥探评分程序：审计钩子（关不掉）
+# 学生的内核里只有这次要检查的几个 grade_id 的种子（学期密钥从不进来，见 hidden_inputs.py），所以窥探评分程序
+# 拿不到密钥，也拿不到别的 notebook 的输入。这里另外在检查阶段把窥探本身拦下（PermissionError）并标出来（suspect）。
+# 用到的审计事件（Python 3.10–3.13 都有，tests/test_grading_secret.py 在当前的 Python 上逐个核对）：
+# - 拿到评分程序的帧或对象：sys._getframe、sys._current_frames、sys._current_exceptions、gc.get_objects、
+#   gc.get_referrers、gc.get_referents、sys.settrace、sys.setprofile，以及 object.__getattr__ 里的 tb_frame、gi_frame、
+#   cr_frame、ag_frame；直接读内存：ctypes.dlopen、ctypes.dlsym、ctypes.string_at、ctypes.wstring_at、ctypes.cdata、
+#   ctypes.cdata/buffer。帧的 f_back、f_locals、f_globals 没有审计事件，但要先拿到一个帧，拿帧的途径都在上面，
+#   只有信号处理函数收到的帧没有审计事件：见 _report_signal_traps（尽力而为：它用的 signal 模块学生改得了）。
+# - 把代码伪装成库或评分程序（文件名），好让上面的检查认错人：compile、code.__new__、exec、function.__new__。
+# 只算学生的代码自己做的：直接调用的帧不是库（sys.prefix 下的文件、冻结模块）也不是本脚本和探针时才算；
+# inspect.currentframe/stack/trace/getouterframes/getinnerframes、traceback.walk_stack/walk_tb（和 capture_locals=True
+# 的 traceback 函数）、asyncio 的 Task.get_stack、ctypes 的包装函数把帧或内存交给调用者，往上越过它们再看。
+# logging、warnings、namedtuple、typing、traceback.print_exc、torch.jit 这些库自己看帧、不把帧交出来：学生调用它们不算。
+# 钩子的状态全在闭包里（用到的函数和内置名字也在安装时取好）：学生的代码拿不到它（拿帧、gc 都会先经过钩子），
+# 改本脚本的全局变量、_state、看门狗线程都关不掉它；审计钩子本身也没法移除。
+INTROSPECTION_EVENTS = frozenset({"sys._getframe", "sys._current_frames", "sys._current_exceptions", "gc.get_objects",
+                                  "gc.get_referrers", "gc.get_referents", "sys.settrace", "sys.setprofile",
+                                  "ctypes.dlopen", "ctypes.dlsym", "ctypes.string_at", "ctypes.wstring_at", "ctypes.cdata",
+                                  "ctypes.cdata/buffer"})
+FRAME_ATTRIBUTES = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame"})
+CODE_EVENTS = frozenset({"compile", "code.__new__", "exec", "function.__new__"})
+FRAME_HANDING = (  # (文件路径的结尾, 函数名)：把帧或内存交给调用者的库函数
+    ("/inspect.py", "currentframe"), ("/inspect.py", "stack"), ("/inspect.py", "trace"),
+    ("/inspect.py", "getouterframes"), ("/inspect.py", "getinnerframes"), ("/traceback.py", "walk_stack"),
+    ("/traceback.py", "walk_tb"), ("/asyncio/base_tasks.py", "_task_get_stack"), ("/asyncio/tasks.py", "get_stack"),
+    ("/ctypes/__init__.py", "__init__"), ("/ctypes/__init__.py", "__getattr__"), ("/ctypes/__init__.py", "__getitem__"),
+    ("/ctypes/__init__.py", "string_at"), ("/ctypes/__init__.py", "wstring_at"))
+PROBES_FILENAME = "probes.py"  # 探针源码编译时用的文件名
+MAX_ALERTS = 50
+
+
+def _alert_sender(channel_fd):
+    """发可疑迹象的函数：写到通道的一个私有副本上，用安装时取好的 os.write；行是手写的 JSON（说明用十六进制），
+    不经过学生可能改过的 json 模块。"""
+    write, fd, sent = os.write, os.dup(channel_fd), [0]
+
+    def alert(kind, detail):
+        if sent[0] >= MAX_ALERTS or not (kind.isascii() and kind.isalpha()):
+            return
+        sent[0] += 1
+        line = ('{"ev": "alert", "kind": "' + kind + '", "hex": "' + detail[:300].encode("utf-8", "replace").hex()
+                + '"}\n').encode()
+        try:
+            write(fd, line)  # 一行不到 4 KB：对管道是原子的写，和别的线程的输出不会交错
+        except:  # noqa: E722  这里不按名字查找任何东西（学生可能换掉了内置的异常类）
+            pass
+
+    return alert
+
+
+def _intruder_finder(prefixes, this_file):
+    """返回 (looks_trusted(文件名), intruder(帧))：intruder 给出触发事件的学生代码（code 对象），不是学生时 None。"""
+    str_type, type_, handing = str, type, FRAME_HANDING
+
+    def looks_trusted(filename):
+        return type_(filename) is str_type and (filename.startswith(prefixes) or filename == this_file
+                                                or filename == PROBES_FILENAME or filename.startswith("<frozen "))
+
+    def captures_locals(frame):  # traceback 的函数一层层调用：其中一层带着 capture_locals=True 就会交出局部变量
+        while frame is not None and frame.f_code.co_filename.endswith("/traceback.py"):
+            if frame.f_locals.get("capture_locals") is True:
+                return True
+            frame = frame.f_back
+        return False
+
+    def hands_frames(frame, code):
+        for suffix, name in handing:
+            if code.co_name == name and code.co_filename.endswith(suffix):
+                return True
+        return code.co_filename.endswith("/traceback.py") and captures_locals(frame)
+
+    def intruder(frame):
+        while frame is not None:
+            code = frame.f_code
+            if not looks_trusted(code.co_filename):
+                return code
+            if not hands_frames(frame, code):
+                return None
+            frame = frame.f_back
+        return None
+
+    return looks_trusted, intruder
+
+
+def _install_tripwire(channel_fd):
+    """装上窥探评分程序的审计钩子（见上面的说明）。返回 (arm, alert)：arm() 之后（学生的单元格跑完、种子进来之前）
+    检查拿帧和对象的事件；伪装代码的事件从一开始就检查。arm 只能打开、不能关上。alert(kind, 说明) 马上把一条可疑迹象
+    发给评分进程。"""
+    alert = _alert_sender(channel_fd)
+    looks_trusted, intruder = _intruder_finder(TRUSTED_PREFIXES, _THIS_FILE)
+    getframe, get_ident, denied, type_, getattr_ = sys._getframe, _thread.get_ident, PermissionError, type, getattr
+    interrupt = KeyboardInterrupt  # 看门狗的中断（超时）不能被钩子吞掉
+    introspection, frame_attrs, code_events = INTROSPECTION_EVENTS, FRAME_ATTRIBUTES, CODE_EVENTS
+    watched = introspection | code_events | {"object.__getattr__"}
+    armed, busy = [False], set()
+
+    def what_happened(event, args):
+        if event in code_events:
+            name = args[1] if event in ("compile", "code.__new__") else getattr_(args[0], "co_filename", None)
+            return f"{event}（文件名 {name}）" if looks_trusted(name) else None
+        if armed[0] and event in introspection:
+            return event
+        if armed[0] and event == "object.__getattr__" and args[1] in frame_attrs:
+            return f"{type_(args[0]).__name__}.{args[1]}"
+        return None
+
+    def hook(event, args):
+        if event not in watched:
+            return
+        me = get_ident()
+        if me in busy:  # 钩子自己用 sys._getframe、f_code 时不再检查
+            return
+        busy.add(me)
+        try:
+            what = what_happened(event, args)
+            code = None if what is None else intruder(getframe(1))
+        except interrupt:
+            raise
+        except:  # noqa: E722  钩子出错时放行：不能因为评分程序自己的错误拦下学生的正常操作
+            code = None
+        finally:
+            busy.discard(me)
+        if code is not None:
+            alert("introspect", f"{what}，在 {code.co_name}（{code.co_filename}）里")
+            raise denied(f"评分环境：检查时不允许查看评分程序的调用栈和对象（{what}）")
+
+    sys.addaudithook(hook)
+
+    def arm():
+        armed[0] = True
+
+    return arm, alert
+
+
+def _signal_handlers():
+    import signal
+    handlers = {}
+    for sig in signal.valid_signals():
+        try:
+            handlers[sig] = signal.getsignal(sig)
+        except (ValueError, OSError):
+            pass
+    return handlers
+
+
+def _restore_signal_handlers(before):
+    """把学生换掉的信号处理函数换回 before（学生的代码之前的样子），停掉计时器（signal.alarm、setitimer）。
+    Python 的信号处理函数会收到信号到来时的帧，装它又没有审计事件。返回换回来的信号的名字。"""
+    import signal
+    changed = []
+    for sig, handler in before.items():
+        try:
+            if signal.getsignal(sig) is not handler:
+                signal.signal(sig, handler)
+                changed.append(signal.Signals(sig).name)
+        except (ValueError, OSError, TypeError):
+            pass
+    for timer in (signal.ITIMER_REAL, signal.ITIMER_VIRTUAL, signal.ITIMER_PROF):
+        if signal.getitimer(timer)[0]:
+            signal.setitimer(timer, 0)
+    return changed
+
+
+def _drop_tracers(signals_before):
+    """检查阶段开始之前：去掉学生装的跟踪/分析函数和信号处理函数（不算可疑：单元格里用它们可以是正当的）。"""
+    sys.settrace(None)
+    sys.setprofile(None)
+    threading.settrace(None)
+    threading.setprofile(None)
+    _restore_signal_handlers(signals_before)
+
+
+def _report_signal_traps(signals_before, alert):
+    """一次检查之后：学生的函数在检查时装了信号处理函数，就换回去并标出来。"""
+    names = _restore_signal_handlers(signals_before)
+    if names:
+        alert("introspect", "检查时装了信号处理函数（它会收到评分程序的帧）：" + "、".join(names))
+
+
+def _changed_during_probes(snap_before, already):
+    """检查阶段里学生的函数替换的东西（例如 numpy.random.default_rng：探针用它从种子生成输入）。"""
+    if snap_before is None:
+        return []
+    _restore_builtins()
+    now = _diff_snapshot(snap_before) + ["builtins." + k for k in sorted(_PATCHED_BUILTINS)]
+    return sorted({k for k in now if k not in already})
+
+
 # ---------------------------------------------------------------- 被替换函数的检测
 WATCHED = {
     "numpy": ["allclose", "isclose", "array_equal", "array_equiv", "all", "any", "abs", "max", "asarray", "array"],
+    "numpy.random": ["default_rng", "Generator", "PCG64", "SeedSequence"],  # 探针用它们从种子生成输入
     "numpy.testing": ["assert_allclose", "assert_array_equal", "assert_array_almost_equal", "assert_equal",
                       "assert_almost_equal"],
     "torch": ["allclose", "isclose", "equal", "all", "tensor", "as_tensor"],
@@ -258,6 +451,7 @@ def preload(with_torch):
     import IPython.core.interactiveshell  # noqa: F401
     import IPython.utils.capture  # noqa: F401
     import numpy  # noqa: F401
+    import numpy.random  # noqa: F401  NumPy 2 里它是用到时才导入的：先导入，替换 default_rng 才能被发现
     import numpy.testing  # noqa: F401
     import math  # noqa: F401
     if with_torch:
@@ -309,6 +503,9 @@ def main(argv):
     watchdog.start()
     os.register_at_fork(after_in_child=_after_fork_in_child)
     sys.addaudithook(_audit)
+    arm_tripwire, alert = _install_tripwire(CHANNEL_FD)
+    _state["alert"] = alert
+    signals_before = _signal_handlers()
     snap_before = None
     send({"ev": "ready", "pid": os.getpid()})
 
@@ -381,6 +578,8 @@ def main(argv):
                 _flag("eq", f"{cls.__name__}.__eq__")
     except Exception:
         pass
+    _drop_tracers(signals_before)  # 学生单元格里装的跟踪函数、信号处理函数不能带进检查阶段（它们会收到评分程序的帧）
+    arm_tripwire()  # 从现在起，种子进来之前：窥探评分程序的调用栈和对象会被拦下、标出来
     send({"ev": "cells_done"})
 
     # 学生代码已经跑完：现在才拿到 nonce、种子和探针
@@ -393,13 +592,12 @@ def main(argv):
     probes_ns = {"__name__": "grading_probes"}
     records = {}
     try:
-        exec(compile(ctl["probes_source"], "probes.py", "exec"), probes_ns)
+        exec(compile(ctl["probes_source"], PROBES_FILENAME, "exec"), probes_ns)
         probes = probes_ns["PROBES"]
     except BaseException as e:
         probes = {}
         records["__error__"] = f"probes.py 无法加载：{type(e).__name__}: {e}"
     user_ns = shell.user_ns
-    seed = int(ctl["seed"])
     for gid_ in ctl["grade_ids"]:
         fn = probes.get(gid_)
         if fn is None:
@@ -408,6 +606,7 @@ def main(argv):
         _state["phase"] = "probe"
         watchdog.arm(float(ctl.get("probe_timeout", cell_timeout)))
         try:
+            seed = int(ctl["seeds"][gid_])  # 这个检查自己的种子（学期密钥不进内核）
             with capture_output():
                 rec = fn(user_ns, seed)
             records[gid_] = json.loads(_dumps(rec, default=lambda o: f"<不可序列化：{type(o).__name__}>",
@@ -420,7 +619,9 @@ def main(argv):
         watchdog.disarm()
         if _state["child"]:
             os._exit(0)
+        _report_signal_traps(signals_before, alert)
     _state["phase"] = "runner"
+    changed += _changed_during_probes(snap_before, changed)
     send({"ev": "record", "nonce": ctl["nonce"], "records": records, "changed": changed,
           "flags": _state["flags"], "forks": _state["forks"]})
     send({"ev": "done", "nonce": ctl["nonce"]})

@@ -152,6 +152,17 @@ def _python_readable_by_others() -> bool:
     return True
 
 
+def kernel_can_read(path: Path, use_bwrap: bool) -> bool:
+    """学生的内核能不能读到评分人的这个文件（学期密钥）。有 bwrap：课程目录被盖住，pid 命名空间里也看不见评分进程，
+    读不到。没有 bwrap：以 root 评分、内核换成槽位的 uid（和 execute 里的条件相同）时，只有文件对其他人可读才读得到；
+    否则内核和评分人是同一个用户（或是 root），文件和评分进程的内存（/proc/PID/mem）都读得到。"""
+    if use_bwrap:
+        return False
+    if os.geteuid() == 0 and _python_readable_by_others():
+        return bool(Path(path).stat().st_mode & 0o004)
+    return True
+
+
 def prepare_scratch(base: Path, course_root: Path, nb: dict) -> Path:
     """临时副本：lib/（去掉 lib/grading/）+ 这份 notebook。不含 source/、solutions/、gradebook.db。"""
     scratch = Path(tempfile.mkdtemp(prefix="sub-", dir=base))
@@ -260,6 +271,23 @@ class ForkServer:
                 proc.wait()
 
 
+ALERT_KINDS = {"introspect", "read", "write", "network", "process", "eq"}
+MAX_FLAGS = 100
+
+
+def _take_alert(res: ExecResult, ev: dict) -> None:
+    """runner 在发现的那一刻发出的可疑迹象（runner._install_tripwire）：{"ev": "alert", "kind": ..., "hex": 说明的
+    UTF-8 十六进制}。不带 nonce：学生伪造一条只会标记自己。不认识的写法记作评分通道异常。"""
+    try:
+        kind, detail = str(ev["kind"]), bytes.fromhex(str(ev["hex"])).decode("utf-8", "replace")[:300]
+    except (KeyError, ValueError):
+        kind, detail = "channel", "格式不对的可疑迹象"
+    if kind not in ALERT_KINDS:
+        kind, detail = "channel", f"不认识的可疑迹象 {kind[:40]!r}"
+    if len(res.flags) < MAX_FLAGS:
+        res.flags.append([kind, detail])
+
+
 # 模板 fork 的内核要加入的沙箱里先运行的占位进程：它说一声 ready（这时 bwrap 已经建好整个沙箱），然后等到
 # 评分进程关闭它的标准输入才退出；它一退出，沙箱的 pid 命名空间就结束，里面剩下的进程全部被操作系统杀掉。
 HOLDER = "import os, sys; os.write(1, b'ready'); sys.stdin.buffer.read()"
@@ -313,7 +341,7 @@ def _start_forked(forkserver: ForkServer, bwrap_cmd: list, env: dict, errf, chan
 def execute(nb: dict, *, course_root: Path, scratch_base: Path, hide: list[Path], limits: Limits,
             slot: int, control: dict, use_bwrap: bool, forkserver: ForkServer | None = None) -> ExecResult:
     """执行 notebook 的全部代码单元格，再在同一个内核里运行探针。control 是学生单元格跑完后才发送的控制消息
-    （nonce、seed、probes_source、grade_ids）。forkserver：有 bwrap 时，内核由预先导入好库的模板 fork 出来
+    （nonce、每个 grade_id 的种子 seeds、probes_source、grade_ids）。forkserver：有 bwrap 时，内核由预先导入好库的模板 fork 出来
     （见 ForkServer），否则启动全新的 Python。"""
     if STOP.is_set():
         raise Interrupted()
@@ -496,6 +524,8 @@ def execute(nb: dict, *, course_root: Path, scratch_base: Path, hide: list[Path]
                     res.forks = int(ev.get("forks") or 0)
                 elif kind == "done" and ev.get("nonce") == control["nonce"] and res.records is not None:
                     got_done = True
+                elif kind == "alert":
+                    _take_alert(res, ev)
                 elif kind == "ready":
                     pass
                 else:
