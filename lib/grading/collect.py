@@ -32,6 +32,7 @@ from pathlib import Path
 
 from . import lms
 from . import roster as roster_mod
+from .flags import Status
 from .lms import STUDENT_RE, InputError  # noqa: F401 —— InputError 也从这里导出（命令行捕获它）
 
 MAX_FILE_BYTES = 50 * 1024 * 1024
@@ -743,6 +744,6 @@ def annotate(status: str, detail: list, it: Item) -> tuple[str, list]:
     """导入时知道的事写进这一行：认出的文件名、评的是哪一份（有多份时）、迟交（status 加上 late）。"""
     detail = detail + it.notes
     if it.late:
-        status = "late" if status == "ok" else status + "+late"
+        status = Status.add(status, Status.LATE)
         detail.append(it.late)
     return status, detail

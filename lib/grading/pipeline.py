@@ -34,9 +34,9 @@ from pathlib import Path
 from . import collect as collect_mod
 from . import gradebook_io, hidden_inputs, lms, repair, report, runner, sandbox
 from . import probes as probes_mod
+from .flags import Flag, Status
 
 HERE = Path(__file__).resolve().parent
-STATUS_ORDER = ["ok", "repaired", "timeout", "crashed", "suspect", "quarantined", "missing", "error", "interrupted"]
 FAKE_PASS_RE = re.compile(r"(测试通过|全部通过|所有测试|通过了所有|tests? passed|all tests|满分|✓|✔|\bPASS\b)",
                           re.IGNORECASE)
 CSV_FIELDS = ["student_id", "notebook", "score", "max_score", "status", "detail"]
@@ -110,10 +110,15 @@ def load_checks(module: str):
     return mod.CHECKS
 
 
+# 决定执行结果的文件：runner.py 和 flags.py 放进沙箱，repair 决定执行的是什么，sandbox* 执行它
+EXECUTION_FILES = ("runner.py", "flags.py", "repair.py", "sandbox.py", "sandbox_bwrap.py", "sandbox_kernel.py",
+                   "sandbox_forkserver.py", "sandbox_supervisor.py")
+
+
 def grader_version(opts: Options, probes_source: str, inputs: str = "") -> str:
     """存下的执行结果能不能沿用：执行学生代码的程序、探针、限额，以及隐藏输入从哪里来（inputs =
     HiddenInputs.version()：换了学期密钥或派生方式就重新执行）。"""
-    parts = [(HERE / name).read_text(encoding="utf-8") for name in ("runner.py", "repair.py", "sandbox.py")]
+    parts = [(HERE / name).read_text(encoding="utf-8") for name in EXECUTION_FILES]
     parts += [(HERE.parent / "answer_format.py").read_text(encoding="utf-8"),  # 探针用它记录返回值
               probes_source, repr((opts.limits.cell_timeout, opts.limits.memory_mb, opts.limits.max_procs))]
     if inputs:  # 没有学期密钥时（inputs 为空）版本号不含它
@@ -231,11 +236,8 @@ def judge(state: dict, repaired: dict, release: dict, checks: dict, notebook: st
     kinds = {}
     for kind, what in ex.get("flags") or []:
         kinds.setdefault(kind, []).append(what)
-    label = {"read": "访问了评分相关路径", "write": "在临时目录之外写文件", "network": "尝试联网",
-             "process": "创建了子进程", "channel": "评分通道异常", "eq": "自定义了 __eq__/__bool__",
-             "introspect": "检查时窥探评分程序（调用栈、对象）"}
     for kind, whats in kinds.items():
-        tamper.append(f"{label.get(kind, kind)}：" + "、".join(sorted(set(whats))[:3]))
+        tamper.append(f"{Flag.label_of(kind)}：" + "、".join(sorted(set(whats))[:3]))
     if ex.get("junk"):
         tamper.append(f"向评分通道写入了 {ex['junk']} 行伪造数据")
     release_sources = {repair._src(c) for c in release["cells"]}
@@ -279,21 +281,22 @@ def opts_max_forks(ex: dict) -> int:
 
 
 def status_of(repair_notes: list, ex: dict, verdict: dict) -> tuple[str, list]:
+    """grades.csv 的 status（flags.Status 用 + 连接）和 detail 的各条：修复、超时、崩溃、可疑。"""
     tokens, detail = [], []
     if repair_notes:
-        tokens.append("repaired")
+        tokens.append(Status.REPAIRED)
         detail += repair_notes
     probe_timeouts = sorted(g for g, r in (ex.get("records") or {}).items()
                             if isinstance(r, dict) and str(r.get("error", "")).startswith("探针超时"))
     if ex.get("timed_out_cells") or ex.get("killed_for_timeout") or probe_timeouts:
-        tokens.append("timeout")
+        tokens.append(Status.TIMEOUT)
         if probe_timeouts:
             detail.append("检查时学生函数运行超时：" + "、".join(probe_timeouts))
         if ex.get("timed_out_cells"):
             detail.append("超时被中断的单元格：" + "、".join(str(int(i) + 1) for i in ex["timed_out_cells"]))
     fork_capped = int(ex.get("forks") or 0) > opts_max_forks(ex)
     if ex.get("crashed") or ex.get("memory_cells") or fork_capped:
-        tokens.append("crashed")
+        tokens.append(Status.CRASHED)
         if fork_capped:
             detail.append(f"创建的子进程超过上限（{opts_max_forks(ex)} 个），之后的创建被拒绝")
         if ex.get("memory_cells"):
@@ -303,10 +306,10 @@ def status_of(repair_notes: list, ex: dict, verdict: dict) -> tuple[str, list]:
         tail = ex["stderr_tail"].strip().splitlines()[-1:] or [""]
         detail.append("内核最后的输出：" + tail[0][:200])
     if verdict["tamper"]:
-        tokens.append("suspect")
+        tokens.append(Status.SUSPECT)
         detail.append("疑似作弊，请人工查看：" + "；".join(verdict["tamper"]))
     detail += verdict["notes"]
-    return ("+".join(tokens) or "ok"), detail
+    return Status.join(tokens), detail
 
 
 def estimated_seconds(nb: dict) -> float:
@@ -415,7 +418,7 @@ class GradingRun:
                 qp.parent.mkdir(parents=True, exist_ok=True)
                 if it.data:
                     qp.write_bytes(it.data)
-                self.rows.append(Row(it.student_id or "", it.notebook or "", None, None, "quarantined",
+                self.rows.append(Row(it.student_id or "", it.notebook or "", None, None, Status.QUARANTINED.value,
                                      f"{it.reason}；文件：{it.src}"))
         # 慢的先评（最长处理时间优先）：并行时不会在最后只剩一个槽位跑一份慢的、另一个槽位空等
         self.todo = sorted((it for it in self.items if it.reason is None), key=lambda it: -estimated_seconds(it.nb))
@@ -646,7 +649,7 @@ class GradingRun:
                 it = self.todo[self.futures.index(fut)]
                 why = (f"沙箱里的内核没能启动（评分环境的问题，学生代码没有运行）：{e}"
                        if isinstance(e, sandbox.SandboxError) else f"评分器内部错误（请报告）：{type(e).__name__}: {e}")
-                self.rows.append(Row(it.student_id, it.notebook, None, None, "error", why))
+                self.rows.append(Row(it.student_id, it.notebook, None, None, Status.ERROR.value, why))
                 self._tick()
 
     def _tick(self) -> None:
@@ -701,7 +704,7 @@ class GradingRun:
         if old and old["score"] != "":
             kept = f"；grades.csv 里是上一次评分的结果（{old['score']} / {old['max_score']}，{old['status']}），反馈也还是上一次的"
         self.rows.append(Row(it.student_id, it.notebook, float(old["score"]) if kept else None,
-                             float(old["max_score"]) if kept and old["max_score"] else None, "error",
+                             float(old["max_score"]) if kept and old["max_score"] else None, Status.ERROR.value,
                              f"{why}{kept}。修好之后再运行同一个命令：不会重新执行，只重写这些"))
 
     # ---- report ---------------------------------------------------------------------------------------------
@@ -712,15 +715,16 @@ class GradingRun:
             done_keys = {(r.student_id, r.notebook) for r in rows}
             for it in self.todo:
                 if (it.student_id, it.notebook) not in done_keys:
-                    rows.append(Row(it.student_id, it.notebook, None, None, "interrupted",
+                    rows.append(Row(it.student_id, it.notebook, None, None, Status.INTERRUPTED.value,
                                     "评分被中断（Ctrl-C），这份还没有评：再运行同一个命令会接着评"))
         counted = counted_notebooks(rows, self.notebooks)
         rows += missing_rows(rows, self.roster, counted)
         rows.sort(key=lambda r: (r.student_id == "", r.student_id, r.notebook, r.status, r.detail))
         write_csv(self.course / "grades.csv", rows)
         if self.interrupted:
-            done = sum(r.status not in ("interrupted", "missing", "quarantined") for r in rows)
-            left = sum(r.status == "interrupted" for r in rows)
+            not_graded = (Status.INTERRUPTED.value, Status.MISSING.value, Status.QUARANTINED.value)
+            done = sum(r.status not in not_graded for r in rows)
+            left = sum(r.status == Status.INTERRUPTED.value for r in rows)
             print(f"已中断：评完的 {done} 份已经保存（gradebook、反馈、grades.csv），还有 {left} 份没有评"
                   "（grades.csv 里 status 为 interrupted）。", file=sys.stderr)
             raise KeyboardInterrupt
@@ -831,17 +835,17 @@ def clean_stale_scratch(base: Path | None = None) -> int:
 def counted_notebooks(rows: list[Row], notebooks: list[str]) -> list[str]:
     """计入的 notebook：至少有一名学生交了（评过或进了隔离区）的。还没有人交的（学期中还没发布的）不算谁“没交”，
     导出时也不计入满分。一个也没有人交时全部计入。"""
-    seen = {r.notebook for r in rows if r.notebook and r.status != "missing"}
+    seen = {r.notebook for r in rows if r.notebook and r.status != Status.MISSING.value}
     return [nb for nb in notebooks if nb in seen] or list(notebooks)
 
 
 def missing_rows(rows: list[Row], roster, notebooks: list[str]) -> list[Row]:
     """没交的 notebook：名单上的每个学生、以及交了别的 notebook 的学生，缺哪个 notebook 就加一行 missing，
     score 留空——没交不是交了得 0 分（导出里也写“未交”）。"""
-    have = {(r.student_id, r.notebook) for r in rows if r.status != "quarantined"}
-    held = {(r.student_id, r.notebook) for r in rows if r.status == "quarantined"}
-    held_students = {r.student_id for r in rows if r.status == "quarantined" and r.student_id}
-    handed = {r.student_id for r in rows if r.student_id and r.status != "quarantined"}
+    have = {(r.student_id, r.notebook) for r in rows if r.status != Status.QUARANTINED.value}
+    held = {(r.student_id, r.notebook) for r in rows if r.status == Status.QUARANTINED.value}
+    held_students = {r.student_id for r in rows if r.status == Status.QUARANTINED.value and r.student_id}
+    handed = {r.student_id for r in rows if r.student_id and r.status != Status.QUARANTINED.value}
     out = []
     for sid in sorted(set(roster or ()) | handed):
         for nbname in notebooks:
@@ -851,7 +855,7 @@ def missing_rows(rows: list[Row], roster, notebooks: list[str]) -> list[Row]:
                 why = "没有可评分的提交：这个学生有文件进了隔离区（见同一学生的 quarantined 行），可能就是这个 notebook"
             else:
                 why = "没有提交" if sid not in handed else "没有提交这个 notebook（交了别的）"
-            out.append(Row(sid, nbname, None, None, "missing", why))
+            out.append(Row(sid, nbname, None, None, Status.MISSING.value, why))
     return out
 
 
@@ -879,17 +883,16 @@ def summary(rows: list[Row], seconds: float, use_bwrap: bool, what: str = "评�
     not_counted：还没有人交、不计入的 notebook（counted_notebooks）。"""
     counts: dict = {}
     for r in rows:
-        for tok in r.status.split("+"):
+        for tok in Status.split(r.status):
             counts[tok] = counts.get(tok, 0) + 1
     graded = [r for r in rows if r.score is not None and r.max_score]
     lines = [f"{what}完成：{len(rows)} 行，用时 {seconds:.1f} 秒" + ("" if use_bwrap else "（未使用 bwrap 沙箱）")]
-    lines.append("状态：" + "，".join(f"{k} {counts[k]}" for k in sorted(counts, key=lambda k: (
-        STATUS_ORDER.index(k) if k in STATUS_ORDER else 99, k))))
+    lines.append("状态：" + "，".join(f"{k} {counts[k]}" for k in sorted(counts, key=Status.sort_key)))
     if not_counted:
         counted = sorted({r.notebook for r in rows if r.notebook} - set(not_counted))
         lines.append(f"计入的 notebook：{'、'.join(counted)}（至少一名学生交了的）；还没有人交的 {'、'.join(not_counted)} "
                      "不计入，不算谁没交，导出时也不计入满分。")
-    missing = [r for r in rows if r.status == "missing"]
+    missing = [r for r in rows if r.status == Status.MISSING.value]
     if missing:
         lines.append(f"没交的 notebook：{len(missing)} 个（{len({r.student_id for r in missing})} 名学生），"
                      "grades.csv 里 status 为 missing、score 留空（不是 0 分），导出里写“未交”。")

@@ -1,6 +1,7 @@
 """在沙箱里执行一份学生 notebook 的脚本（评分进程把它的源码复制进沙箱再运行）。
 
-这个文件只依赖标准库和 IPython，不导入 lib/ 的任何东西：它运行的地方看不到课程目录。
+这个文件只依赖标准库、IPython 和它旁边的 flags.py（可疑迹象的表；沙箱里叫 _grader_flags.py，见 sandbox_kernel.py），
+不导入 lib/ 的任何别的东西：它运行的地方看不到课程目录。
 有 bwrap 时它通常不是这样启动的，而是作为模板进程（文件末尾的 serve_template）：先导入库，再为每份提交
 fork 出一个内核、放进那份提交的沙箱，在那里运行同一个 main()。两种方式对学生代码来说没有区别。
 
@@ -15,7 +16,7 @@ fork 出一个内核、放进那份提交的沙箱，在那里运行同一个 ma
   所以事先打印或写好的“假记录”带不上正确的 nonce，也无法针对未知的种子准备答案。
 - {"ev": "alert", "kind": ..., "hex": ...}：发现可疑迹象的那一刻就发出（_install_tripwire），学生的代码事后抹不掉。
 学生代码和本脚本在同一个进程里：它能改动本脚本之后用到的东西，所以记录里的数据只当作“学生函数的输出”，
-对错全部由干净的评分进程重新计算（见 judge.py）。本脚本另外报告它看到的可疑迹象（被替换的函数、
+对错全部由干净的评分进程重新计算（见 pipeline.judge）。本脚本另外报告它看到的可疑迹象（被替换的函数、
 越界的文件访问、创建进程），交给人来看。
 """
 import _thread
@@ -29,9 +30,14 @@ import threading
 import time
 import traceback
 
+try:
+    from .flags import Flag  # 评分进程里（lib.grading.runner）
+except ImportError:  # 沙箱里：sandbox_kernel 把 flags.py 以这个名字放在本文件旁边
+    from _grader_flags import Flag
+
 CHANNEL_FD = 3
 _THIS_FILE = os.path.abspath(__file__)  # 学生看到的 traceback 里去掉本脚本的帧
-SANDBOX_WORKDIR = "/tmp/submission"  # 沙箱里这份提交的工作目录（sandbox.py 用同一个常量挂载）
+SANDBOX_WORKDIR = "/tmp/submission"  # 沙箱里这份提交的工作目录（sandbox_bwrap.py 用同一个常量挂载）
 _write = os.write
 _exit_now = os._exit
 _dumps = json.dumps
@@ -56,10 +62,11 @@ _state = {"phase": "setup", "forks": 0, "max_forks": 16, "flags": [], "child": F
           "scratch": "", "course_root": "", "alert": lambda kind, detail: None}
 
 
-def _flag(kind, detail):
+def _flag(flag, detail):
+    """记下一条可疑迹象（flag 是 flags.Flag 里 by == "runner" 的一种）。"""
     if len(_state["flags"]) < 50:
-        _state["flags"].append([kind, str(detail)[:300]])
-        _state["alert"](kind, str(detail)[:300])  # 马上发给评分进程：学生清空 _state["flags"] 也抹不掉
+        _state["flags"].append([flag.value, str(detail)[:300]])
+        _state["alert"](flag.value, str(detail)[:300])  # 马上发给评分进程：学生清空 _state["flags"] 也抹不掉
 
 
 def _path_is_suspicious(path):
@@ -93,7 +100,7 @@ def _audit(event, args):
                  "os.exec", "pty.spawn"):
         _state["forks"] += 1
         if _state["forks"] == 1:
-            _flag("process", f"{event}")
+            _flag(Flag.PROCESS, f"{event}")
         if _state["child"]:
             _exit_now(0)  # 学生 fork 出来的子进程还想再 fork：直接结束它（防 fork 炸弹）
         if _state["forks"] > _state["max_forks"]:
@@ -109,19 +116,19 @@ def _audit(event, args):
         writing = (isinstance(mode, str) and any(c in mode for c in "wax+")) or (
             isinstance(flags, int) and flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT))
         if _path_is_suspicious(path):
-            _flag("read" if not writing else "write", path)
+            _flag(Flag.WRITE if writing else Flag.READ, path)
         elif writing and not _inside_allowed(path):
-            _flag("write", path)
+            _flag(Flag.WRITE, path)
     elif event in ("os.listdir", "os.scandir", "glob.glob", "os.chdir"):
         path = args[0] if args else None
         if isinstance(path, (str, bytes)) and _path_is_suspicious(os.fsdecode(path)):
-            _flag("read", os.fsdecode(path))
+            _flag(Flag.READ, os.fsdecode(path))
     elif event in ("os.remove", "os.rename", "os.rmdir", "shutil.rmtree", "os.truncate", "os.chmod"):
         path = args[0] if args else None
         if isinstance(path, (str, bytes)) and not _inside_allowed(os.fsdecode(path)):
-            _flag("write", f"{event} {os.fsdecode(path)}")
+            _flag(Flag.WRITE, f"{event} {os.fsdecode(path)}")
     elif event == "socket.connect":
-        _flag("network", str(args[1:]) if len(args) > 1 else "")
+        _flag(Flag.NETWORK, str(args[1:]) if len(args) > 1 else "")
 
 
 def _after_fork_in_child():
@@ -221,6 +228,7 @@ def _install_tripwire(channel_fd):
     looks_trusted, intruder = _intruder_finder(TRUSTED_PREFIXES, _THIS_FILE)
     getframe, get_ident, denied, type_, getattr_ = sys._getframe, _thread.get_ident, PermissionError, type, getattr
     interrupt = KeyboardInterrupt  # 看门狗的中断（超时）不能被钩子吞掉
+    introspect = Flag.INTROSPECT.value
     introspection, frame_attrs, code_events = INTROSPECTION_EVENTS, FRAME_ATTRIBUTES, CODE_EVENTS
     watched = introspection | code_events | {"object.__getattr__"}
     armed, busy = [False], set()
@@ -252,7 +260,7 @@ def _install_tripwire(channel_fd):
         finally:
             busy.discard(me)
         if code is not None:
-            alert("introspect", f"{what}，在 {code.co_name}（{code.co_filename}）里")
+            alert(introspect, f"{what}，在 {code.co_name}（{code.co_filename}）里")
             raise denied(f"评分环境：检查时不允许查看评分程序的调用栈和对象（{what}）")
 
     sys.addaudithook(hook)
@@ -305,7 +313,7 @@ def _report_signal_traps(signals_before, alert):
     """一次检查之后：学生的函数在检查时装了信号处理函数，就换回去并标出来。"""
     names = _restore_signal_handlers(signals_before)
     if names:
-        alert("introspect", "检查时装了信号处理函数（它会收到评分程序的帧）：" + "、".join(names))
+        alert(Flag.INTROSPECT.value, "检查时装了信号处理函数（它会收到评分程序的帧）：" + "、".join(names))
 
 
 def _changed_during_probes(snap_before, already):
@@ -459,10 +467,9 @@ def preload(with_torch):
         import torch.testing  # noqa: F401
 
 
-def main(argv):
-    global CHANNEL_FD
-    nb_path, cell_timeout, max_procs, uid, gid, course_root, fd, mem_mb, nproc, file_mb = argv
-    CHANNEL_FD = int(fd)
+# ---------------------------------------------------------------- 内核：准备 → 学生的单元格 → 检查（探针）
+def _limit_resources(mem_mb, file_mb, nproc):
+    """资源上限（软硬相同，学生代码无法再调高）：内存、core 文件、单个文件大小、进程数（nproc <= 0 不设）。"""
     import resource
     mem = int(mem_mb) * 1024 * 1024
     resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
@@ -471,44 +478,112 @@ def main(argv):
     resource.setrlimit(resource.RLIMIT_FSIZE, (fsz, fsz))
     if int(nproc) > 0:
         resource.setrlimit(resource.RLIMIT_NPROC, (int(nproc), int(nproc)))
-    cell_timeout = float(cell_timeout)
-    _state["max_forks"] = int(max_procs)
-    _state["course_root"] = course_root.rstrip(os.sep) if course_root != "-" else ""
-    uid, gid = int(uid), int(gid)
+
+
+def _become(uid, gid):
+    """切换到槽位自己的 uid/gid（-1：不切换）。"""
     if uid >= 0:
         os.setgroups([])
         os.setgid(gid)
         os.setuid(uid)
+
+
+def _enter_workdir(nb_path):
+    """进到 notebook 所在的目录（这份提交的临时副本）。和 Jupyter 内核一样：当前目录可以导入（lib/ 的副本就在这里），
+    本脚本所在目录不行。"""
     os.chdir(os.path.dirname(os.path.abspath(nb_path)))
-    # 和 Jupyter 内核一样：当前目录可以导入（lib/ 的副本就在这里），本脚本所在目录不行
     sys.path[:] = [""] + [p for p in sys.path[1:]]
     _state["scratch"] = os.getcwd()
-    stdin = sys.stdin.buffer
-    sys.stdin = io.StringIO("")  # 学生代码读不到控制通道
 
-    with open(nb_path, encoding="utf-8") as f:
-        nb = json.load(f)
-    cells = nb["cells"]
 
-    preload(needs_torch(cells))
+def _new_shell():
+    """执行学生单元格的 IPython shell：不打印 traceback 和输出提示（输出由 capture_output 收集）。"""
     from IPython.core.interactiveshell import InteractiveShell
-    from IPython.utils.capture import capture_output
     shell = InteractiveShell.instance()
     shell.showtraceback = lambda *a, **k: None
     shell.showsyntaxerror = lambda *a, **k: None
     shell.displayhook.write_output_prompt = lambda *a, **k: None
     shell.displayhook.write_format_data = lambda *a, **k: None
     shell.user_ns["__name__"] = "__main__"
+    return shell
+
+
+def _install_guards(channel_fd):
+    """学生代码之前装好的一切：看门狗、fork 之后的标记、审计钩子、窥探评分程序的钩子。
+    返回 (看门狗, arm_tripwire, alert, 学生代码之前的信号处理函数)。"""
     watchdog = Watchdog()
     watchdog.start()
     os.register_at_fork(after_in_child=_after_fork_in_child)
     sys.addaudithook(_audit)
-    arm_tripwire, alert = _install_tripwire(CHANNEL_FD)
+    arm_tripwire, alert = _install_tripwire(channel_fd)
     _state["alert"] = alert
-    signals_before = _signal_handlers()
-    snap_before = None
-    send({"ev": "ready", "pid": os.getpid()})
+    return watchdog, arm_tripwire, alert, _signal_handlers()
 
+
+def _cell_outputs(cap, result, exc, timed_out):
+    """一个单元格的输出（nbformat 的样子）：stdout、stderr、display_data、execute_result（result：run_cell 没出错时
+    的结果，出错时 None）、error（exc：单元格的错误）。"""
+    outputs = []
+    if cap is not None:
+        if cap.stdout:
+            outputs.append({"output_type": "stream", "name": "stdout", "text": _limit(cap.stdout)})
+        if cap.stderr:
+            outputs.append({"output_type": "stream", "name": "stderr", "text": _limit(cap.stderr)})
+        for out in cap.outputs[:20]:
+            try:
+                data = {k: v for k, v in out.data.items() if isinstance(v, str)}
+                outputs.append({"output_type": "display_data", "data": data, "metadata": {}})
+            except Exception:
+                pass
+    if result is not None and result.result is not None:
+        try:
+            text = repr(result.result)
+        except BaseException as e:
+            text = f"<repr 出错：{type(e).__name__}>"
+        outputs.append({"output_type": "execute_result", "execution_count": result.execution_count,
+                        "data": {"text/plain": _limit(text, 5000)}, "metadata": {}})
+    if exc is not None:
+        outputs.append(_error_output(exc, timed_out=timed_out and isinstance(exc, KeyboardInterrupt)))
+    return outputs
+
+
+def _run_cell(shell, i, src, watchdog, cell_timeout, capture_output):
+    """执行第 i 个单元格（有超时），把 start / end 事件发给评分进程。capture_output 是学生代码之前取好的
+    （学生换掉 IPython 里的那个也没用）。"""
+    send({"ev": "start", "cell": i})
+    t0 = _monotonic()
+    _state["phase"] = "student"
+    watchdog.arm(cell_timeout)
+    result = None
+    cap = None
+    exc = None
+    try:
+        with capture_output() as cap:
+            try:
+                result = shell.run_cell(src, store_history=True, silent=False)
+            finally:
+                _restore_builtins()
+    except BaseException as e:  # 中断落在 run_cell 之外
+        exc = e
+    _restore_builtins()
+    watchdog.disarm()
+    if _state["child"]:
+        os._exit(0)  # 学生 fork 出来的子进程：不许它继续跑评分流程
+    _state["phase"] = "runner"
+    timed_out = watchdog.fired
+    err = None if result is None else (result.error_before_exec or result.error_in_exec)
+    if err is not None:  # run_cell 报告的错误（编译时或运行时）优先于落在 run_cell 之外的中断
+        exc = err
+    outputs = _cell_outputs(cap, result if err is None else None, exc, timed_out)
+    send({"ev": "end", "cell": i, "outputs": outputs, "seconds": round(_monotonic() - t0, 3),
+          "timed_out": bool(timed_out), "memory": isinstance(exc, MemoryError),
+          "execution_count": getattr(result, "execution_count", None)})
+
+
+def run_student_cells(shell, cells, watchdog, cell_timeout, capture_output):
+    """按顺序执行全部代码单元格。返回第一个代码单元格之前拍下的快照（没有代码单元格时 None），
+    事后用它找出学生替换的函数。"""
+    snap_before = None
     for i, cell in enumerate(cells):
         if cell.get("cell_type") != "code":
             continue
@@ -517,67 +592,99 @@ def main(argv):
             src = "".join(src)
         if snap_before is None:
             snap_before = _snapshot()
-        send({"ev": "start", "cell": i})
-        outputs = []
-        t0 = _monotonic()
-        _state["phase"] = "student"
-        watchdog.arm(cell_timeout)
-        result = None
-        cap = None
-        exc = None
-        try:
-            with capture_output() as cap:
-                try:
-                    result = shell.run_cell(src, store_history=True, silent=False)
-                finally:
-                    _restore_builtins()
-        except BaseException as e:  # 中断落在 run_cell 之外
-            exc = e
-        _restore_builtins()
-        watchdog.disarm()
-        if _state["child"]:
-            os._exit(0)  # 学生 fork 出来的子进程：不许它继续跑评分流程
-        _state["phase"] = "runner"
-        timed_out = watchdog.fired
-        if cap is not None:
-            if cap.stdout:
-                outputs.append({"output_type": "stream", "name": "stdout", "text": _limit(cap.stdout)})
-            if cap.stderr:
-                outputs.append({"output_type": "stream", "name": "stderr", "text": _limit(cap.stderr)})
-            for out in cap.outputs[:20]:
-                try:
-                    data = {k: v for k, v in out.data.items() if isinstance(v, str)}
-                    outputs.append({"output_type": "display_data", "data": data, "metadata": {}})
-                except Exception:
-                    pass
-        if result is not None:
-            err = result.error_before_exec or result.error_in_exec
-            if err is not None:
-                exc = err
-            elif result.result is not None:
-                try:
-                    text = repr(result.result)
-                except BaseException as e:
-                    text = f"<repr 出错：{type(e).__name__}>"
-                outputs.append({"output_type": "execute_result", "execution_count": result.execution_count,
-                                "data": {"text/plain": _limit(text, 5000)}, "metadata": {}})
-        if exc is not None:
-            outputs.append(_error_output(exc, timed_out=timed_out and isinstance(exc, KeyboardInterrupt)))
-        send({"ev": "end", "cell": i, "outputs": outputs, "seconds": round(_monotonic() - t0, 3),
-              "timed_out": bool(timed_out), "memory": isinstance(exc, MemoryError),
-              "execution_count": getattr(result, "execution_count", None)})
+        _run_cell(shell, i, src, watchdog, cell_timeout, capture_output)
+    return snap_before
 
-    _state["phase"] = "runner"
+
+def _changed_by_student_cells(snap_before):
+    """学生的单元格替换了的函数（WATCHED、lib 的函数）和内置名字。"""
     changed = _diff_snapshot(snap_before) if snap_before is not None else []
-    changed += ["builtins." + k for k in sorted(_PATCHED_BUILTINS) if "builtins." + k not in changed]
-    try:  # 学生自己定义、改写了 __eq__ 的类（“永远相等”的把戏）
-        for name, val in list(shell.user_ns.items()):
+    return changed + ["builtins." + k for k in sorted(_PATCHED_BUILTINS) if "builtins." + k not in changed]
+
+
+def _flag_eq_classes(user_ns):
+    """学生自己定义、改写了 __eq__ 的类（“永远相等”的把戏）。"""
+    try:
+        for name, val in list(user_ns.items()):
             cls = val if isinstance(val, type) else type(val)
             if getattr(cls, "__module__", None) == "__main__" and (
                     "__eq__" in vars(cls) or "__bool__" in vars(cls) or "__array__" in vars(cls)):
-                _flag("eq", f"{cls.__name__}.__eq__")
+                _flag(Flag.EQ, f"{cls.__name__}.__eq__")
     except Exception:
         pass
+
+
+def _load_probes(source):
+    """probes.py（和各练习的探针）的源码 → (PROBES, 记录)。加载失败时 PROBES 为空，记录里写明原因。"""
+    probes_ns = {"__name__": "grading_probes"}
+    records = {}
+    try:
+        exec(compile(source, PROBES_FILENAME, "exec"), probes_ns)
+        probes = probes_ns["PROBES"]
+    except BaseException as e:
+        probes = {}
+        records["__error__"] = f"probes.py 无法加载：{type(e).__name__}: {e}"
+    return probes, records
+
+
+def _probe(fn, user_ns, seeds, gid_, watchdog, capture_output):
+    """用这个检查自己的种子（学期密钥不进内核）运行一个探针，返回它的记录（可以 JSON 序列化的）；
+    出错或超时时 {"error": 原因}。"""
+    try:
+        seed = int(seeds[gid_])
+        with capture_output():
+            rec = fn(user_ns, seed)
+        return json.loads(_dumps(rec, default=lambda o: f"<不可序列化：{type(o).__name__}>", allow_nan=True))
+    except BaseException as e:
+        if watchdog.fired:
+            return {"error": "探针超时（学生函数运行太久）"}
+        return {"error": f"{type(e).__name__}: {str(e)[:300]}"}
+
+
+def run_probes(ctl, user_ns, watchdog, cell_timeout, signals_before, alert, capture_output):
+    """对每个要检查的 grade_id 运行它的探针（每个有超时、有自己的种子）。返回 {grade_id: 记录}。"""
+    probes, records = _load_probes(ctl["probes_source"])
+    for gid_ in ctl["grade_ids"]:
+        fn = probes.get(gid_)
+        if fn is None:
+            records[gid_] = {"error": "没有这个 grade_id 的探针"}
+            continue
+        _state["phase"] = "probe"
+        watchdog.arm(float(ctl.get("probe_timeout", cell_timeout)))
+        records[gid_] = _probe(fn, user_ns, ctl["seeds"], gid_, watchdog, capture_output)
+        watchdog.disarm()
+        if _state["child"]:
+            os._exit(0)
+        _report_signal_traps(signals_before, alert)
+    return records
+
+
+def main(argv):
+    """一份提交：设好上限、换 uid → 执行学生的单元格 → 发 cells_done，等评分进程发来 nonce、种子和探针 →
+    检查 → 发 record 和 done。参数见文件开头的协议。"""
+    global CHANNEL_FD
+    nb_path, cell_timeout, max_procs, uid, gid, course_root, fd, mem_mb, nproc, file_mb = argv
+    CHANNEL_FD = int(fd)
+    _limit_resources(mem_mb, file_mb, nproc)
+    cell_timeout = float(cell_timeout)
+    _state["max_forks"] = int(max_procs)
+    _state["course_root"] = course_root.rstrip(os.sep) if course_root != "-" else ""
+    _become(int(uid), int(gid))
+    _enter_workdir(nb_path)
+    stdin = sys.stdin.buffer
+    sys.stdin = io.StringIO("")  # 学生代码读不到控制通道
+    with open(nb_path, encoding="utf-8") as f:
+        cells = json.load(f)["cells"]
+    preload(needs_torch(cells))
+    from IPython.utils.capture import capture_output
+    shell = _new_shell()
+    watchdog, arm_tripwire, alert, signals_before = _install_guards(CHANNEL_FD)
+    send({"ev": "ready", "pid": os.getpid()})
+
+    snap_before = run_student_cells(shell, cells, watchdog, cell_timeout, capture_output)
+    _state["phase"] = "runner"
+    changed = _changed_by_student_cells(snap_before)
+    _flag_eq_classes(shell.user_ns)
     _drop_tracers(signals_before)  # 学生单元格里装的跟踪函数、信号处理函数不能带进检查阶段（它们会收到评分程序的帧）
     arm_tripwire()  # 从现在起，种子进来之前：窥探评分程序的调用栈和对象会被拦下、标出来
     send({"ev": "cells_done"})
@@ -589,37 +696,7 @@ def main(argv):
     except Exception:
         send({"ev": "done"})
         return
-    probes_ns = {"__name__": "grading_probes"}
-    records = {}
-    try:
-        exec(compile(ctl["probes_source"], PROBES_FILENAME, "exec"), probes_ns)
-        probes = probes_ns["PROBES"]
-    except BaseException as e:
-        probes = {}
-        records["__error__"] = f"probes.py 无法加载：{type(e).__name__}: {e}"
-    user_ns = shell.user_ns
-    for gid_ in ctl["grade_ids"]:
-        fn = probes.get(gid_)
-        if fn is None:
-            records[gid_] = {"error": "没有这个 grade_id 的探针"}
-            continue
-        _state["phase"] = "probe"
-        watchdog.arm(float(ctl.get("probe_timeout", cell_timeout)))
-        try:
-            seed = int(ctl["seeds"][gid_])  # 这个检查自己的种子（学期密钥不进内核）
-            with capture_output():
-                rec = fn(user_ns, seed)
-            records[gid_] = json.loads(_dumps(rec, default=lambda o: f"<不可序列化：{type(o).__name__}>",
-                                              allow_nan=True))
-        except BaseException as e:
-            if watchdog.fired:
-                records[gid_] = {"error": "探针超时（学生函数运行太久）"}
-            else:
-                records[gid_] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
-        watchdog.disarm()
-        if _state["child"]:
-            os._exit(0)
-        _report_signal_traps(signals_before, alert)
+    records = run_probes(ctl, shell.user_ns, watchdog, cell_timeout, signals_before, alert, capture_output)
     _state["phase"] = "runner"
     changed += _changed_during_probes(snap_before, changed)
     send({"ev": "record", "nonce": ctl["nonce"], "records": records, "changed": changed,
@@ -630,7 +707,7 @@ def main(argv):
 # ---------------------------------------------------------------- 模板进程（fork server）
 # 评分进程为两种预加载（只有 numpy；另加 torch）各启动一个模板进程：`python -u runner.py --template KIND FD`。
 # 它在任何学生代码之前导入 preload() 的模块，然后只做一件事：从 socket FD 收到请求就 fork。fork 出来的
-# 中间进程加入评分进程刚为这份提交建好的 bwrap 沙箱的全部命名空间（见 sandbox.execute），再 fork 一次：
+# 中间进程加入评分进程刚为这份提交建好的 bwrap 沙箱的全部命名空间（见 sandbox_forkserver.start_forked），再 fork 一次：
 # 这个孙进程在沙箱的 pid 命名空间里，丢掉全部特权，像全新内核一样运行 main()。模板进程从不运行学生代码，
 # 也从不进入沙箱；每个 fork 出来的内核只评一份提交，和它的沙箱一起结束。
 _CLONE_NEWUSER = 0x10000000
