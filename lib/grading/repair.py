@@ -1,7 +1,8 @@
 """按 release/ 版本修复一份学生 notebook，避免“因为格式问题得 0 分”。
 
 release 版本是骨架：每个带 nbgrader 元数据的 release 单元格都在学生的 notebook 里找对应的单元格，
-依次按 grade_id、单元格 id、内容、位置匹配。然后：
+依次按 grade_id、单元格 id、内容、位置配对（match_by_grade_id … match_by_position，见 MATCHERS；先配上的算数）。
+然后组装（assemble）：
 - 答案单元格（solution）用学生的内容，元数据和单元格类型用 release 的（丢失或被改的元数据补回，
   被改成 markdown 的代码单元格改回代码）；
 - 只读单元格（测试、题目说明）一律用 release 的内容（删掉的测试补回，改动过的测试还原）；
@@ -16,6 +17,7 @@ from __future__ import annotations
 import copy
 import difflib
 import uuid
+from dataclasses import dataclass, field
 
 NBG = "nbgrader"
 
@@ -68,187 +70,280 @@ def _first_signature_line(text: str) -> str | None:
     return None
 
 
-def repair(student: dict, release: dict, move_added: bool = True) -> tuple[dict, list[str]]:
-    """move_added：把写在新单元格里的文字题答案移进答案单元格（move_added_answers）；自查用 False，只报告。"""
-    notes: list[str] = []
-    rel = release["cells"]
-    stu = [c for c in student.get("cells", []) if isinstance(c, dict)]
-    R, S = len(rel), len(stu)
-    rel_nbg = [i for i in range(R) if _is_nbg(rel[i])]
-    gid_to_r = {_gid(rel[i]): i for i in rel_nbg if _gid(rel[i])}
-    id_to_r = {rel[i].get("id"): i for i in range(R) if rel[i].get("id")}
-    rel_norm = [_norm(_src(c)) for c in rel]
-    stu_norm = [_norm(_src(c)) for c in stu]
+# ---------------------------------------------------------------- 配对：学生的单元格 ↔ release 的单元格
+@dataclass
+class Match:
+    """两份 notebook 的单元格和配对的结果。下标：rel_i 是 release 的单元格，stu_i 是学生的单元格。"""
 
-    claims: dict[int, list[tuple[int, str]]] = {r: [] for r in range(R)}  # r -> [(s, how)]
-    s_match: dict[int, int] = {}
+    rel: list                    # release 的单元格
+    stu: list                    # 学生的单元格（不是 dict 的已经去掉）
+    rel_norm: list               # 每个 release 单元格规范化的内容（_norm）
+    stu_norm: list
+    claims: dict = field(default_factory=dict)    # rel_i -> [(stu_i, 怎么配上的：gid / id / content / position)]
+    rel_of: dict = field(default_factory=dict)    # stu_i -> 配上的 rel_i
 
-    def claim(s, r, how):
-        s_match[s] = r
-        claims[r].append((s, how))
+    @classmethod
+    def of(cls, student: dict, release: dict) -> Match:
+        rel = release["cells"]
+        stu = [c for c in student.get("cells", []) if isinstance(c, dict)]
+        return cls(rel, stu, [_norm(_src(c)) for c in rel], [_norm(_src(c)) for c in stu],
+                   claims={rel_i: [] for rel_i in range(len(rel))})
 
-    # A: grade_id
-    for s in range(S):
-        g = _gid(stu[s])
-        if g in gid_to_r:
-            claim(s, gid_to_r[g], "gid")
-    # B: 单元格 id
-    for s in range(S):
-        if s in s_match:
+    def claim(self, stu_i: int, rel_i: int, how: str) -> None:
+        self.rel_of[stu_i] = rel_i
+        self.claims[rel_i].append((stu_i, how))
+
+    def is_answer(self, rel_i: int) -> bool:
+        """release 的这个单元格是答案单元格（nbgrader 的 solution）。"""
+        return _is_nbg(self.rel[rel_i]) and _kind(self.rel[rel_i]) == "solution"
+
+    def unmatched_students(self) -> list[int]:
+        return [stu_i for stu_i in range(len(self.stu)) if stu_i not in self.rel_of]
+
+
+def match_by_grade_id(m: Match) -> None:
+    """学生的单元格带着 release 里的 grade_id（元数据没丢）。同一个 grade_id 的几份（复制粘贴）都配上。"""
+    gid_to_rel = {_gid(c): rel_i for rel_i, c in enumerate(m.rel) if _is_nbg(c) and _gid(c)}
+    for stu_i in range(len(m.stu)):
+        g = _gid(m.stu[stu_i])
+        if g in gid_to_rel:
+            m.claim(stu_i, gid_to_rel[g], "gid")
+
+
+def match_by_cell_id(m: Match) -> None:
+    """单元格 id 和 release 的相同（元数据丢了、id 还在）；那个 release 单元格已经配上了别的时，内容也要相同。"""
+    id_to_rel = {c.get("id"): rel_i for rel_i, c in enumerate(m.rel) if c.get("id")}
+    for stu_i in m.unmatched_students():
+        rel_i = id_to_rel.get(m.stu[stu_i].get("id"))
+        if rel_i is not None and (not m.claims[rel_i] or m.rel_norm[rel_i] == m.stu_norm[stu_i]):
+            m.claim(stu_i, rel_i, "id")
+
+
+def _content_score(m: Match, rel_i: int, stu_i: int, signature: str | None) -> float:
+    """答案单元格和学生的一个单元格有多像：含 release 的签名行时 1 + 相似度，和 release 完全相同时 2，否则 0。"""
+    if signature and signature in _src(m.stu[stu_i]):
+        return 1.0 + difflib.SequenceMatcher(None, m.rel_norm[rel_i], m.stu_norm[stu_i]).ratio()
+    if m.stu_norm[stu_i] == m.rel_norm[rel_i]:
+        return 2.0
+    return 0.0
+
+
+def _best_by_content(m: Match, rel_i: int) -> int | None:
+    """还没配上的学生单元格里，和 release 第 rel_i 个单元格最像的一个（只读单元格要完全相同且不空）。"""
+    if not m.is_answer(rel_i):
+        return next((stu_i for stu_i in m.unmatched_students()
+                     if m.stu_norm[stu_i] == m.rel_norm[rel_i] and m.stu_norm[stu_i]), None)
+    signature = _first_signature_line(_src(m.rel[rel_i]))
+    best, best_score = None, 0.0
+    for stu_i in m.unmatched_students():
+        score = _content_score(m, rel_i, stu_i, signature)
+        if score > best_score:
+            best, best_score = stu_i, score
+    return best
+
+
+def match_by_content(m: Match) -> None:
+    """还没配上的 release 单元格按内容找：只读单元格要完全相同；答案单元格看签名行（def 那一行）和相似度。"""
+    for rel_i in range(len(m.rel)):
+        if m.claims[rel_i]:
             continue
-        r = id_to_r.get(stu[s].get("id"))
-        if r is not None and (not claims[r] or rel_norm[r] == stu_norm[s]):
-            claim(s, r, "id")
-    # C: 内容（只读单元格要完全相同；答案单元格看签名行和相似度）
-    for r in range(R):
-        if claims[r]:
-            continue
-        kind = _kind(rel[r]) if _is_nbg(rel[r]) else "plain"
-        best, best_ratio = None, 0.0
-        sig = _first_signature_line(_src(rel[r])) if kind == "solution" else None
-        for s in range(S):
-            if s in s_match:
-                continue
-            if kind != "solution":
-                if stu_norm[s] == rel_norm[r] and stu_norm[s]:
-                    best = s
-                    break
-                continue
-            if sig and sig in _src(stu[s]):
-                ratio = 1.0 + difflib.SequenceMatcher(None, rel_norm[r], stu_norm[s]).ratio()
-            elif stu_norm[s] == rel_norm[r]:
-                ratio = 2.0
-            else:
-                ratio = 0.0
-            if ratio > best_ratio:
-                best, best_ratio = s, ratio
-        if best is not None:
-            claim(best, r, "content")
-    # D: 位置——两个已匹配单元格之间，按顺序配对剩下的答案单元格
-    for r in range(R):
-        if claims[r] or not (_is_nbg(rel[r]) and _kind(rel[r]) == "solution"):
-            continue
-        claimed = [rr for rr in range(R) if claims[rr]]
-        prev_r = max([rr for rr in claimed if rr < r], default=None)
-        next_r = min([rr for rr in claimed if rr > r], default=None)
-        prev_s = max(s for s, _ in claims[prev_r]) if prev_r is not None else -1
-        next_s = min(s for s, _ in claims[next_r]) if next_r is not None else S
-        gap_s = [s for s in range(prev_s + 1, next_s) if s not in s_match and _gid(stu[s]) is None
-                 and stu[s].get("cell_type") == rel[r].get("cell_type")]
-        lo = prev_r + 1 if prev_r is not None else 0
-        hi = next_r if next_r is not None else R
-        gap_r = [rr for rr in range(lo, hi) if not claims[rr] and _is_nbg(rel[rr]) and _kind(rel[rr]) == "solution"
-                 and rel[rr].get("cell_type") == rel[r].get("cell_type")]
-        pos = gap_r.index(r)
-        if pos < len(gap_s):
-            claim(gap_s[pos], r, "position")
+        stu_i = _best_by_content(m, rel_i)
+        if stu_i is not None:
+            m.claim(stu_i, rel_i, "content")
 
-    # 组装：每个元素带排序键
-    items: list[tuple[tuple, dict]] = []
-    restored_meta, restored_cells, reverted_types, reverted_tests, dups, missing_answers = [], [], [], [], [], []
-    used_ids: set = set()
 
-    def fresh_id(cid):
-        if not cid or cid in used_ids:
+def _neighbours(m: Match, rel_i: int) -> tuple[int | None, int | None]:
+    """rel_i 前后最近的已经配上的 release 单元格（没有时 None）。"""
+    claimed = [other for other in range(len(m.rel)) if m.claims[other]]
+    before = max([other for other in claimed if other < rel_i], default=None)
+    after = min([other for other in claimed if other > rel_i], default=None)
+    return before, after
+
+
+def match_by_position(m: Match) -> None:
+    """还没配上的答案单元格按位置：两个已经配上的单元格之间，剩下的同类型答案单元格和学生的单元格按顺序配对。"""
+    for rel_i in range(len(m.rel)):
+        if m.claims[rel_i] or not m.is_answer(rel_i):
+            continue
+        before, after = _neighbours(m, rel_i)
+        stu_lo = max(stu_i for stu_i, _ in m.claims[before]) + 1 if before is not None else 0
+        stu_hi = min(stu_i for stu_i, _ in m.claims[after]) if after is not None else len(m.stu)
+        cell_type = m.rel[rel_i].get("cell_type")
+        gap_stu = [stu_i for stu_i in range(stu_lo, stu_hi) if stu_i not in m.rel_of and _gid(m.stu[stu_i]) is None
+                   and m.stu[stu_i].get("cell_type") == cell_type]
+        rel_lo = before + 1 if before is not None else 0
+        rel_hi = after if after is not None else len(m.rel)
+        gap_rel = [other for other in range(rel_lo, rel_hi) if not m.claims[other] and m.is_answer(other)
+                   and m.rel[other].get("cell_type") == cell_type]
+        pos = gap_rel.index(rel_i)
+        if pos < len(gap_stu):
+            m.claim(gap_stu[pos], rel_i, "position")
+
+
+MATCHERS = (match_by_grade_id, match_by_cell_id, match_by_content, match_by_position)  # 依次运行，先配上的算数
+
+
+def match(student: dict, release: dict) -> Match:
+    m = Match.of(student, release)
+    for step in MATCHERS:
+        step(m)
+    return m
+
+
+# ---------------------------------------------------------------- 组装：release 的骨架 + 学生的内容
+@dataclass
+class RepairLog:
+    """修复时做了什么（每一项是 grade_id，没有 grade_id 的写 #release 里的序号）。"""
+
+    restored_meta: list = field(default_factory=list)
+    restored_cells: list = field(default_factory=list)
+    reverted_types: list = field(default_factory=list)
+    reverted_tests: list = field(default_factory=list)
+    dups: list = field(default_factory=list)
+    missing_answers: list = field(default_factory=list)
+
+    def notes(self, moved: dict) -> list[str]:
+        notes = []
+        if self.restored_meta:
+            notes.append("补回 nbgrader 元数据：" + "、".join(sorted(set(self.restored_meta))))
+        if self.dups:
+            notes.append("重复的评分单元格已合并（保留有答案的一份）：" + "、".join(self.dups))
+        if self.restored_cells:
+            notes.append("被删除的只读/测试单元格已从 release 补回：" + "、".join(self.restored_cells))
+        if self.reverted_types:
+            notes.append("单元格类型被改动，已还原：" + "、".join(self.reverted_types))
+        if self.reverted_tests:
+            notes.append("只读/测试单元格的内容被改动，已按 release 还原：" + "、".join(self.reverted_tests))
+        if self.missing_answers:
+            notes.append("找不到答案单元格（按未作答处理）：" + "、".join(self.missing_answers))
+        for gid, text in moved.items():
+            notes.append(f"{gid} 的答案写在了新单元格里，已移进答题单元格、交给助教人工评分（“{_snippet(text)}”）")
+        return notes
+
+
+class _Ids:
+    """修复后的单元格 id：沿用原来的，重复或没有时换一个新的。"""
+
+    def __init__(self):
+        self.used: set = set()
+
+    def fresh(self, cid):
+        if not cid or cid in self.used:
             cid = uuid.uuid4().hex[:8]
-        used_ids.add(cid)
+        self.used.add(cid)
         return cid
 
-    keep_s: dict[int, int] = {}
-    for r in range(R):
-        cl = claims[r]
-        if not cl:
-            continue
-        if _is_nbg(rel[r]) and _kind(rel[r]) in ("solution",):
-            answered = [s for s, _ in cl if stu_norm[s] != rel_norm[r] and stu_norm[s]]
-            chosen = answered[-1] if answered else cl[-1][0]
-        else:
-            chosen = cl[0][0]
-        keep_s[r] = chosen
-        if len(cl) > 1:
-            dups.append(_gid(rel[r]) or f"#{r}")
-        how = dict(cl)[chosen]
-        if _is_nbg(rel[r]) and (how != "gid" or _meta(stu[chosen]) != _meta(rel[r])):
-            if _gid(rel[r]):
-                restored_meta.append(_gid(rel[r]))
-    for r in range(R):
-        base = copy.deepcopy(rel[r])
-        base.setdefault("metadata", {})
-        if r in keep_s:
-            s = keep_s[r]
-            sc = stu[s]
-            if _is_nbg(rel[r]) and _kind(rel[r]) == "solution":
-                base["source"] = _src(sc)
-                if sc.get("cell_type") != rel[r].get("cell_type"):
-                    reverted_types.append(_gid(rel[r]) or f"#{r}")
-            elif _is_nbg(rel[r]):
-                if stu_norm[s] != rel_norm[r]:
-                    reverted_tests.append(_gid(rel[r]) or f"#{r}")
-                if sc.get("cell_type") != rel[r].get("cell_type"):
-                    reverted_types.append(_gid(rel[r]) or f"#{r}")
-            else:
-                base["source"] = _src(sc)  # 普通说明单元格：保留学生的版本
-                base["cell_type"] = rel[r].get("cell_type")
-            if base.get("cell_type") == "code":
-                base["outputs"], base["execution_count"] = [], None
-            base["id"] = fresh_id(rel[r].get("id"))
-            items.append(((r, 0, s), base))
-        else:
-            if _is_nbg(rel[r]):
-                if _kind(rel[r]) == "solution":
-                    missing_answers.append(_gid(rel[r]) or f"#{r}")
-                else:
-                    restored_cells.append(_gid(rel[r]) or f"#{r}")
-            base["id"] = fresh_id(rel[r].get("id"))
-            if base.get("cell_type") == "code":
-                base["outputs"], base["execution_count"] = [], None
-            items.append(((r, 0, -1), base))
-    kept = set(keep_s.values())
-    last_r = -1
-    for s in range(S):
-        if s in kept:
-            last_r = s_match[s]
-            continue
-        sc = copy.deepcopy(stu[s])
-        if s in s_match:
-            r = s_match[s]
-            if stu_norm[s] == rel_norm[r] or not stu_norm[s] or _kind(rel[r]) != "solution":
-                continue  # 空白副本或测试/说明的副本：删掉
-            if sc.get("cell_type") not in ("code", "markdown", "raw"):
-                continue
-        md = sc.get("metadata") if isinstance(sc.get("metadata"), dict) else {}
-        md.pop(NBG, None)
-        sc["metadata"] = md
-        if sc.get("cell_type") not in ("code", "markdown", "raw"):
-            continue
-        sc["source"] = _src(sc)
-        if sc["cell_type"] == "code":
-            sc["outputs"], sc["execution_count"] = [], None
-        else:
-            sc.pop("outputs", None)
-            sc.pop("execution_count", None)
-        sc["id"] = fresh_id(sc.get("id"))
-        items.append(((last_r, 1, s), sc))
-    items.sort(key=lambda kv: kv[0])
-    out = {"cells": [c for _, c in items], "metadata": copy.deepcopy(release.get("metadata", {})),
-           "nbformat": 4, "nbformat_minor": max(5, int(release.get("nbformat_minor", 5)))}
 
+def _name(m: Match, rel_i: int) -> str:
+    return _gid(m.rel[rel_i]) or f"#{rel_i}"
+
+
+def choose_kept(m: Match, log: RepairLog) -> dict:
+    """每个配上的 release 单元格留下学生的哪一份：答案单元格留有答案的（几份都有时留最后一份），其余留第一份。
+    返回 {rel_i: stu_i}。"""
+    keep = {}
+    for rel_i, claimed in m.claims.items():
+        if not claimed:
+            continue
+        if m.is_answer(rel_i):
+            answered = [stu_i for stu_i, _ in claimed if m.stu_norm[stu_i] != m.rel_norm[rel_i] and m.stu_norm[stu_i]]
+            chosen = answered[-1] if answered else claimed[-1][0]
+        else:
+            chosen = claimed[0][0]
+        keep[rel_i] = chosen
+        if len(claimed) > 1:
+            log.dups.append(_name(m, rel_i))
+        how = dict(claimed)[chosen]
+        if _is_nbg(m.rel[rel_i]) and (how != "gid" or _meta(m.stu[chosen]) != _meta(m.rel[rel_i])):
+            if _gid(m.rel[rel_i]):
+                log.restored_meta.append(_gid(m.rel[rel_i]))
+    return keep
+
+
+def _clear_outputs(cell: dict) -> None:
+    if cell.get("cell_type") == "code":
+        cell["outputs"], cell["execution_count"] = [], None
+
+
+def _release_cell(m: Match, rel_i: int, stu_i: int | None, log: RepairLog, ids: _Ids) -> dict:
+    """修复后 release 第 rel_i 个单元格的样子：元数据和类型是 release 的；答案单元格和普通说明单元格的内容是学生的
+    （stu_i），只读单元格（测试、题目）的内容是 release 的。stu_i 为 None：学生那边没有。"""
+    rel_cell = m.rel[rel_i]
+    cell = copy.deepcopy(rel_cell)
+    cell.setdefault("metadata", {})
+    if stu_i is None:
+        if _is_nbg(rel_cell):
+            (log.missing_answers if m.is_answer(rel_i) else log.restored_cells).append(_name(m, rel_i))
+    elif m.is_answer(rel_i):
+        cell["source"] = _src(m.stu[stu_i])
+        if m.stu[stu_i].get("cell_type") != rel_cell.get("cell_type"):
+            log.reverted_types.append(_name(m, rel_i))
+    elif _is_nbg(rel_cell):
+        if m.stu_norm[stu_i] != m.rel_norm[rel_i]:
+            log.reverted_tests.append(_name(m, rel_i))
+        if m.stu[stu_i].get("cell_type") != rel_cell.get("cell_type"):
+            log.reverted_types.append(_name(m, rel_i))
+    else:
+        cell["source"] = _src(m.stu[stu_i])  # 普通说明单元格：保留学生的版本
+        cell["cell_type"] = rel_cell.get("cell_type")
+    _clear_outputs(cell)
+    cell["id"] = ids.fresh(rel_cell.get("id"))
+    return cell
+
+
+def _student_extra(m: Match, stu_i: int, ids: _Ids) -> dict | None:
+    """学生的一个没有留下的单元格：自己加的单元格原样保留（去掉伪造的 nbgrader 元数据）；答案单元格的有内容的
+    多余副本作为普通单元格保留；空白副本和测试、说明的副本删掉（None）。"""
+    cell = copy.deepcopy(m.stu[stu_i])
+    if stu_i in m.rel_of:
+        rel_i = m.rel_of[stu_i]
+        if m.stu_norm[stu_i] == m.rel_norm[rel_i] or not m.stu_norm[stu_i] or _kind(m.rel[rel_i]) != "solution":
+            return None
+    md = cell.get("metadata") if isinstance(cell.get("metadata"), dict) else {}
+    md.pop(NBG, None)
+    cell["metadata"] = md
+    if cell.get("cell_type") not in ("code", "markdown", "raw"):
+        return None
+    cell["source"] = _src(cell)
+    if cell["cell_type"] == "code":
+        cell["outputs"], cell["execution_count"] = [], None
+    else:
+        cell.pop("outputs", None)
+        cell.pop("execution_count", None)
+    cell["id"] = ids.fresh(cell.get("id"))
+    return cell
+
+
+def assemble(m: Match, release: dict, log: RepairLog) -> dict:
+    """修复后的 notebook：release 的每个单元格按顺序（_release_cell），学生自己加的单元格放在它前面最近一个
+    留下的单元格之后。"""
+    keep = choose_kept(m, log)
+    ids = _Ids()
+    placed = []  # ((排序键), 单元格)：release 的 (rel_i, 0, stu_i)，学生加的 (前一个留下的 rel_i, 1, stu_i)
+    for rel_i in range(len(m.rel)):
+        stu_i = keep.get(rel_i)
+        placed.append(((rel_i, 0, -1 if stu_i is None else stu_i), _release_cell(m, rel_i, stu_i, log, ids)))
+    kept = set(keep.values())
+    after = -1
+    for stu_i in range(len(m.stu)):
+        if stu_i in kept:
+            after = m.rel_of[stu_i]
+            continue
+        cell = _student_extra(m, stu_i, ids)
+        if cell is not None:
+            placed.append(((after, 1, stu_i), cell))
+    placed.sort(key=lambda kv: kv[0])
+    return {"cells": [c for _, c in placed], "metadata": copy.deepcopy(release.get("metadata", {})),
+            "nbformat": 4, "nbformat_minor": max(5, int(release.get("nbformat_minor", 5)))}
+
+
+def repair(student: dict, release: dict, move_added: bool = True) -> tuple[dict, list[str]]:
+    """按 release 修复学生的 notebook（见文件开头）：配对（match）→ 组装（assemble）→ 把写在新单元格里的文字题答案
+    移进答案单元格（move_added_answers；自查用 move_added=False，只报告）。返回 (修复后的 notebook, 修复说明)。"""
+    log = RepairLog()
+    out = assemble(match(student, release), release, log)
     moved = move_added_answers(out, release) if move_added else {}
-    if restored_meta:
-        notes.append("补回 nbgrader 元数据：" + "、".join(sorted(set(restored_meta))))
-    if dups:
-        notes.append("重复的评分单元格已合并（保留有答案的一份）：" + "、".join(dups))
-    if restored_cells:
-        notes.append("被删除的只读/测试单元格已从 release 补回：" + "、".join(restored_cells))
-    if reverted_types:
-        notes.append("单元格类型被改动，已还原：" + "、".join(reverted_types))
-    if reverted_tests:
-        notes.append("只读/测试单元格的内容被改动，已按 release 还原：" + "、".join(reverted_tests))
-    if missing_answers:
-        notes.append("找不到答案单元格（按未作答处理）：" + "、".join(missing_answers))
-    for gid, text in moved.items():
-        notes.append(f"{gid} 的答案写在了新单元格里，已移进答题单元格、交给助教人工评分（“{_snippet(text)}”）")
-    return out, notes
+    return out, log.notes(moved)
 
 
 ADDED_ANSWER_HINT = ("答案写在了新单元格里：评分时会被移进答题单元格交给助教，但最好自己移过去：把新单元格的内容"
