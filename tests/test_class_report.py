@@ -1,4 +1,5 @@
-"""班级报告（lib/grading/class_report.py，`python -m lib.grading report`）的测试。
+"""班级报告（lib/grading/class_report.py 读数据，class_analysis.py 统计，class_similarity.py 相似度，class_report_html.py 和
+templates/class_report/ 的页面；`python -m lib.grading report`）的测试。
 
 - 相似度：一个合成的班（tests/class_fixtures.py：诚实的学生各写各的，共用模板和一行的答案；三对抄袭——改名+改注释+
   加空行、重排换行、调换单元格；空白的 notebook），抄袭的三对排在最前面、被标出，别的一对也不标；
@@ -26,7 +27,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import class_fixtures as cf  # noqa: E402
 import grading_fixtures as gf  # noqa: E402
 
+from lib.grading import class_analysis as ca  # noqa: E402
 from lib.grading import class_report as cr  # noqa: E402
+from lib.grading import class_similarity as cs  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 HAVE_RELEASE = (REPO / "release" / "exercises").is_dir()
@@ -71,7 +74,7 @@ def test_honest_students_share_template_and_one_liners_but_are_not_similar(copie
     pairs = copied_class["result"]["pairs"]
     planted = {frozenset((a, b)) for _, a, b in copied_class["planted"]}
     others = [p for ps in pairs.values() for p in ps if frozenset((p.a, p.b)) not in planted]
-    assert all(p.similarity < cr.FLAG_SIMILARITY or p.shared < cr.FLAG_MIN_SHARED for p in others)
+    assert all(p.similarity < cs.FLAG_SIMILARITY or p.shared < cs.FLAG_MIN_SHARED for p in others)
     assert not any(p.a.startswith("blank") or p.b.startswith("blank") for ps in pairs.values() for p in ps)
     # 一行的答案确实大家都一样（否则这个测试什么也没证明）
     h = [s for s in copied_class["students"] if s.startswith("h")]
@@ -104,10 +107,10 @@ def test_report_changes_nothing_and_is_repeatable(copied_class):
 def test_renaming_comments_and_reflow_do_not_change_the_filtered_tokens():
     code = "def f(x, y):\n    return np.sum(x @ y) + 1\n"
     other = "def g(a,b):  # 注释\n\n    return np.sum(\n        a@b\n    ) + 1\n"
-    assert cr.filter_python(code)[0] == cr.filter_python(other)[0]
-    assert cr.filter_python(code)[0] != cr.filter_python(code.replace("+ 1", "- 1"))[0]
+    assert cs.filter_python(code)[0] == cs.filter_python(other)[0]
+    assert cs.filter_python(code)[0] != cs.filter_python(code.replace("+ 1", "- 1"))[0]
     broken = "def f(x:\n    return [x"  # 语法不完整也能切分
-    assert cr.filter_python(broken)[0].startswith("defV(V:")
+    assert cs.filter_python(broken)[0].startswith("defV(V:")
 
 
 # ============================================================================ 统计（手算）
@@ -250,15 +253,15 @@ def test_small_class_and_blank_notebooks_say_why_values_are_undefined(tmp_path):
 
 
 def test_unit_helpers():
-    parts = cr.parse_parts(_partial([(LBM, 2, False, "原因：a；b"), (L2D, 2, True, "")]))
+    parts = ca.parse_parts(_partial([(LBM, 2, False, "原因：a；b"), (L2D, 2, True, "")]))
     assert parts == [(LBM, 2.0, False, "原因：a；b"), (L2D, 2.0, True, "")]
-    assert cr.parse_parts("正确。") is None and cr.parse_parts(SQRT) is None
-    key, nums = cr.hint_key("得到 [[1., 2.]] 和 3.5，第 1 组")
+    assert ca.parse_parts("正确。") is None and ca.parse_parts(SQRT) is None
+    key, nums = ca.hint_key("得到 [[1., 2.]] 和 3.5，第 1 组")
     assert key == "得到 # 和 #，第 # 组" and nums == ("[[1., 2.]]", "3.5", "1")
-    assert cr.hint_display(key, [nums, ("[[0.]]", "3.5", "1")]) == "得到 … 和 3.5，第 1 组"
-    assert cr.pearson([1, 2, 3], [1, 2, 3]) == (None, "人数太少（n = 3 < 5）")
-    assert cr.pearson([1, 1, 1, 1, 1], [1, 2, 3, 4, 5])[1] == "所有人这一项得分相同"
-    assert cr.pearson([1, 2, 3, 4, 5], [5, 4, 3, 2, 1])[0] == pytest.approx(-1.0)
+    assert ca.hint_display(key, [nums, ("[[0.]]", "3.5", "1")]) == "得到 … 和 3.5，第 1 组"
+    assert ca.pearson([1, 2, 3], [1, 2, 3]) == (None, "人数太少（n = 3 < 5）")
+    assert ca.pearson([1, 1, 1, 1, 1], [1, 2, 3, 4, 5])[1] == "所有人这一项得分相同"
+    assert ca.pearson([1, 2, 3, 4, 5], [5, 4, 3, 2, 1])[0] == pytest.approx(-1.0)
 
 
 def test_cli_writes_the_three_files_and_explains_bad_input(small, tmp_path):
@@ -390,11 +393,11 @@ def test_parts_parser_reads_what_exercise_checks_writes():
     frac, msg = ec._score(parts)
     assert frac == pytest.approx(2 / 4.5)
     # 逐条之间用“；”连接，前一条末尾的“。”被去掉（避免“。；”）
-    assert cr.parse_parts(msg) == [(L2D, 2.0, True, ""), (LBM, 2.0, False, "Q 的形状 (2, 3, 4)：" + SQRT.rstrip("。")),
+    assert ca.parse_parts(msg) == [(L2D, 2.0, True, ""), (LBM, 2.0, False, "Q 的形状 (2, 3, 4)：" + SQRT.rstrip("。")),
                                    ("用了参数 seed", 0.5, False, "同样的 d_k、σ 换一个 seed，结果一模一样；要用 seed。")]
     _, msg0 = ec._score([ec._part(L2D, 2, wrong("a")), ec._part(LB, 2, wrong("b"))])  # 0 分、原因不同：也逐条列出
-    assert [p[:3] for p in cr.parse_parts(msg0)] == [(L2D, 2.0, False), (LB, 2.0, False)]
-    assert cr.parse_parts(ec._score([ec._part(L2D, 2, lambda: None)])[1]) is None  # “正确。”
+    assert [p[:3] for p in ca.parse_parts(msg0)] == [(L2D, 2.0, False), (LB, 2.0, False)]
+    assert ca.parse_parts(ec._score([ec._part(L2D, 2, lambda: None)])[1]) is None  # “正确。”
 
 
 # ============================================================================ 评审（issue 22）：一个像真班那样的小班
@@ -456,10 +459,10 @@ def test_hints_are_grouped_by_cause_without_the_input_prefix(review):
     assert it.hints == [(WHY, 2)]
     part = next(i for i in review["result"]["items"] if i.cell == SA and i.part == L2D)
     assert part.hints == [(WHY, 1)]  # 只有 r3 在这一部分错；空白的不算
-    assert cr.hint_key("第 1 组（n = 8、d = 8）：k_a 的权重只有 0.5。")[0] == cr.hint_key("第 2 组（n = 4、d = 2）：k_a 的权重只有 0.7。")[0]
-    assert cr.hint_key("monte_carlo_variance(32, 0.64, 20000, seed=7)：方差不对")[0] == "方差不对"
-    assert cr.hint_key("scores_1 不对：得到 [[1.]]。")[0].startswith("scores_# 不对：")  # 不是输入：不去掉
-    assert cr.is_blank_hint("第 2 组（因果掩码）：" + BLANK_SA) and not cr.is_blank_hint(WHY)
+    assert ca.hint_key("第 1 组（n = 8、d = 8）：k_a 的权重只有 0.5。")[0] == ca.hint_key("第 2 组（n = 4、d = 2）：k_a 的权重只有 0.7。")[0]
+    assert ca.hint_key("monte_carlo_variance(32, 0.64, 20000, seed=7)：方差不对")[0] == "方差不对"
+    assert ca.hint_key("scores_1 不对：得到 [[1.]]。")[0].startswith("scores_# 不对：")  # 不是输入：不去掉
+    assert ca.is_blank_hint("第 2 组（因果掩码）：" + BLANK_SA) and not ca.is_blank_hint(WHY)
 
 
 def test_written_answers_separate_ta_grading_from_automatic_zeros(review):
@@ -504,7 +507,7 @@ def test_labels_and_the_blank_note_read_well(review):
 def test_method_section_states_the_common_fingerprint_limit(small):
     page = (small["result"]["dir"] / "index.html").read_text(encoding="utf-8")
     assert "超过 10%（至少 3 个）学生都有的指纹" in page and "common_limit" not in page
-    assert cr.common_limit(20) == 3 and cr.common_limit(200) == 20
+    assert cs.common_limit(20) == 3 and cs.common_limit(200) == 20
 
 
 PROOF = ("设 $P$ 是置换矩阵，$A(X) = \\mathrm{softmax}(XW_Q (XW_K)^T / \\sqrt{d_k})\\, XW_V$。\n\n"
@@ -542,13 +545,13 @@ def test_similarity_panel_shows_the_original_text(text_pair):
 def test_fingerprints_stay_inside_each_cell_and_panels_name_the_cells(text_pair):
     a = "def f(x):\n    y = np.exp(x - x.max(axis=-1, keepdims=True))\n    return y / y.sum(axis=-1, keepdims=True)\n"
     b = "def g(q, k):\n    s = q @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1])\n    return s\n"
-    with cr._StableHashes():
-        both = cr.code_fingerprint([("c1", a), ("c2", b)])[0]
-        swapped = cr.code_fingerprint([("c2", b), ("c1", a)])[0]
-        alone = cr.code_fingerprint([("c1", a)])[0].hashes | cr.code_fingerprint([("c2", b)])[0].hashes
-        t_both = cr.text_fingerprint([("p", PROOF), ("q", "另一段文字：Q 和 K 的点积除以根号 d_k，方差变成 1。")])[2]
-        t_alone = (cr.text_fingerprint([("p", PROOF)])[2]
-                   | cr.text_fingerprint([("q", "另一段文字：Q 和 K 的点积除以根号 d_k，方差变成 1。")])[2])
+    with cs._StableHashes():
+        both = cs.code_fingerprint([("c1", a), ("c2", b)])[0]
+        swapped = cs.code_fingerprint([("c2", b), ("c1", a)])[0]
+        alone = cs.code_fingerprint([("c1", a)])[0].hashes | cs.code_fingerprint([("c2", b)])[0].hashes
+        t_both = cs.text_fingerprint([("p", PROOF), ("q", "另一段文字：Q 和 K 的点积除以根号 d_k，方差变成 1。")])[2]
+        t_alone = (cs.text_fingerprint([("p", PROOF)])[2]
+                   | cs.text_fingerprint([("q", "另一段文字：Q 和 K 的点积除以根号 d_k，方差变成 1。")])[2])
     assert both.hashes == alone == swapped.hashes  # 没有跨两个单元格的指纹；单元格的先后不影响
     assert t_both == t_alone
     p = text_pair["pairs"][NB2][0]
