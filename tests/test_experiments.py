@@ -515,6 +515,7 @@ def test_shipped_weights_match_the_code():
 def test_describe_sources_says_where_the_weights_came_from():
     """notebook 11 打印的来源：发布的权重说明在维护者的哪种设备上训练、训练代码的指纹；现场训练的说用时。"""
     shipped = load_artifact(arm_spec("rnn", 0))
+    assert shipped is not None, "发布的权重用不了：" + "\n".join(artifact_problems())  # 里面写着该运行的 make artifact
     line = experiments.describe_sources([shipped, shipped])
     assert line == "2 个模型的权重随仓库发布（artifacts/11_mini_gpt/，在课程维护者的 CPU 上训练）"
     trained = replace(shipped, source="trained", history={**shipped.history, "seconds": 12.4})

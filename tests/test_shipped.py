@@ -196,8 +196,9 @@ def test_shipped_results_files_are_valid_and_small():
 
 @pytest.mark.parametrize("page", SHIPPED_PAGES)
 def test_shipped_results_were_made_with_this_lib(page):
-    """每个结果记着写下它时 lib 的指纹（键里也有它）。改了 lib/ 里训练用到的文件（连注释也算），这页的结果就全部
-    过期，nbval 要等执行到训练单元格才发现；这里几毫秒就说清楚原因和该做什么（指纹是四个文件合在一起的，说不出是哪一个）。"""
+    """每个结果记着写下它时 lib 的指纹（键里也有它）。改了 lib/ 里训练用到的文件算的东西（注释、文档字符串和排版不算，
+    见 lib/fingerprint.py），这页的结果就全部过期，nbval 要等执行到训练单元格才发现；这里几毫秒就说清楚原因和该做什么
+    （指纹是四个文件合在一起的，说不出是哪一个）。"""
     stored = json.loads((shipped.ARTIFACTS / page / "results.json").read_text(encoding="utf-8"))
     made_with = {entry["lib"] for entry in stored.values()}
     now = shipped.lib_fingerprint()

@@ -175,7 +175,7 @@ PROBES.update({
 
 # ==== 检查：在干净的评分进程里运行 ====
 def layer_norm(x, eps=1e-5):
-    """lib.transformer.layer_norm 的 NumPy 版（不含 γ、β）。"""
+    """lib.transformer.layer_norm 的 NumPy 版（不含 γ、β；eps 和 lib 的相同，tests/test_exercises.py 核对，make artifact 不改它）。"""
     x = np.asarray(x, float)
     mu, var = x.mean(axis=-1, keepdims=True), x.var(axis=-1, keepdims=True)
     return (x - mu) / np.sqrt(var + eps)
