@@ -39,7 +39,7 @@ ORIGINALS = "originals"  # 下载用的原文件（网站那一份多了标题�
 CSS = """
 .bd-article code, .bd-article .admonition { overflow-wrap: anywhere; }
 .bd-article .admonition code.literal, .bd-article .admonition code.literal span.pre,
-details.run-this-page code.literal, details.run-this-page code.literal span.pre {
+.bd-article details code.literal, .bd-article details code.literal span.pre {
   white-space: normal; word-break: break-all; }
 mjx-container[display="true"], .bd-article mjx-container { max-width: 100%; overflow-x: auto; overflow-y: hidden; }
 .bd-article table td:first-child, .bd-article table th:first-child { white-space: nowrap; position: sticky; left: 0;
