@@ -118,8 +118,8 @@ def _scaling_hint(w) -> str:
     """q = (1, 0)、键 (1, 0)、(0, 1)（d_k = 2）时的权重：打分的缩放错在哪里。"""
     for factor, key in ((1.0, "sa_unscaled"), (math.sqrt(D_K), "sa_times_sqrt"), (1.0 / D_K, "sa_over_d")):
         if np.allclose(w, softmax_rows(np.array([[factor, 0.0]])), atol=1e-3):
-            return MISTAKES[key]
-    return "打分除以 √d_k 了吗"
+            return f"{MISTAKES[key]}。"
+    return "打分除以 √d_k 了吗？"
 
 
 def test_self_attention(namespace):
@@ -133,7 +133,7 @@ def test_self_attention(namespace):
     w2 = array(w2, "权重", (1, 2))
     expect(np.allclose(w2, [[0.6698, 0.3302]], atol=1e-3),
            f"q = (1, 0) 对键 (1, 0)、(0, 1) 的权重应约为 (0.670, 0.330)，得到 {np.round(w2, 4).tolist()}。"
-           f"{_scaling_hint(w2)}。")
+           + _scaling_hint(w2))
     _batched_and_masked(fn)
 
 
