@@ -268,6 +268,22 @@ def test_an_unanswered_function_says_so_in_one_line():
     assert err.value._render_traceback_() == ["✗ copy_query(K, 1)：还没有作答（仍是 raise NotImplementedError()）"]
 
 
+
+@pytest.mark.parametrize("grade_id,ns,points", [
+    ("ex1_weights", _hand(scores_1=np.array([[1.0, 1.0], [1.0, -1.0]])), None),  # 权重对，和错的打分不自洽
+    ("ex5_numbers", _hand(q_tilde_a=[0.5, -0.866], k_tilde_a=[0.866, -0.5]), 1.8),  # 三个点积对：部分分
+], ids=["right-weights-wrong-scores", "clockwise-partial"])
+def test_when_grading_the_public_test_reports_and_the_hidden_check_scores(grade_id, ns, points, monkeypatch, capsys):
+    """评分时（nbgrader autograde、lib/grading 的沙箱：NBGRADER_EXECUTION=autograde）公开测试只打印 “✗ 说明”、不抛出：
+    普通的 nbgrader 给的分数就是隐藏检查的分数（对的答案不因为别的答案错而丢分，做对一部分的照样有部分分）。"""
+    with pytest.raises(fmt.CheckFailed):  # 作答、Validate 时：照常没通过
+        public_test(grade_id, ns)
+    monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
+    public_test(grade_id, ns)
+    printed = capsys.readouterr().out
+    assert printed.startswith("✗ ") and PASSED not in printed, printed
+    assert ec.run_check(grade_id, ns) == points  # 单元格最后一个表达式：None = 满分，数值 = 部分分
+
 # ---------------------------------------------------------------------------- 真的在内核里执行（nbclient）
 
 WRONG_ANSWERS = """\

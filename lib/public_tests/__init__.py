@@ -8,6 +8,9 @@
   表达式的数值当成部分分）。
 - **没通过**：抛出 ``answer_format.CheckFailed``（或它的子类）。在 Jupyter 里只显示 “✗ 中文说明”；
   你的函数自己出错时，再显示你的代码里出错的位置（见 ``answer_format.StudentCodeError``）。
+- **评分时**（``NBGRADER_EXECUTION=autograde``：nbgrader autograde 和 lib/grading 的沙箱都这样设置）：同样的说明
+  打印出来（进反馈），但不抛出，分数只由后面的隐藏检查决定。否则普通的 nbgrader 会因为公开测试出错给这个单元格
+  0 分：一个做对一半的函数丢掉部分分，一个对的答案因为和上一步的错答案不自洽而丢分。
 - **手算的数**（练习 1、5）：不检查数值（那会透露答案），只检查格式、自洽（权重是不是你自己的打分按行做的
   softmax、输出是不是你的权重乘 V……）和典型错误（打分等于没有缩放的 q·k……）。
 - **典型错误的说法**：每个模块的 ``MISTAKES`` 和评分时的隐藏检查是同一句话（检查一段从这里导入它）。
@@ -18,6 +21,7 @@
 from __future__ import annotations
 
 import importlib
+import os
 from pathlib import Path
 from typing import Callable
 
@@ -53,14 +57,23 @@ def _collect() -> dict[str, Callable[[dict], None]]:
 
 def public_test(grade_id: str, namespace: dict) -> None:
     """运行一个测试单元格的公开测试。namespace 是 notebook 的全局变量（在单元格里写 globals()）。"""
-    test = TESTS[grade_id]
+    try:
+        _run(TESTS[grade_id], namespace)
+    except CheckFailed as failure:
+        if os.environ.get("NBGRADER_EXECUTION") != "autograde":
+            raise
+        print("\n".join(failure._render_traceback_()))  # 评分时：只报告，分数由隐藏检查决定（见模块说明）
+        return
+    print(PASSED)
+
+
+def _run(test: Callable[[dict], None], namespace: dict) -> None:
     try:
         test(namespace)
     except CheckFailed:
         raise
     except Exception as err:  # noqa: BLE001  答案古怪到测试本身没法算下去：说明是哪一步，不显示 lib/ 里的调用栈
         raise CheckFailed(f"公开测试没能检查你的答案（{type(err).__name__}: {err}）：先看答案的格式和形状对不对") from err
-    print(PASSED)
 
 
 TESTS = _collect()
