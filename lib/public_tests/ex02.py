@@ -1,4 +1,4 @@
-"""02_scaling_and_equivariance.ipynb 的公开测试：练习 2（缩放、蒙特卡洛实验）和练习 3（置换等变）。"""
+"""02_scaling_and_equivariance.ipynb 的公开测试：练习 2（缩放、蒙特卡罗实验）和练习 3（置换等变）。"""
 from __future__ import annotations
 
 import math

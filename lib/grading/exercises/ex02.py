@@ -1,4 +1,4 @@
-"""02_scaling_and_equivariance.ipynb：练习 2（缩放、蒙特卡洛）和练习 3（置换等变）的探针和检查，写在同一个文件里。
+"""02_scaling_and_equivariance.ipynb：练习 2（缩放、蒙特卡罗）和练习 3（置换等变）的探针和检查，写在同一个文件里。
 
 约定（见 lib/grading/exercises/__init__.py 和 CONTRIBUTING.md 的“怎样加一道练习”）：
 “探针”一段送进学生的内核运行（只用标准库、numpy、torch 和 lib.answer_format，工具来自 lib/grading/probes.py），
