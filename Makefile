@@ -4,9 +4,9 @@
 #   make update —— 取课程的新版本（git pull），按单元格并进 mywork/：答案和运行结果留着（lib/coursework.py）
 #   make lab-ta —— 助教的 JupyterLab：在课程根目录，有 formgrader（nbgrader 的教师工具）
 #   make test   —— 再装好测试、JupyterHub 和网站的工具（requirements-dev.txt），跑全部测试（CI 也用它：.ci/run）
-#   make site   —— 静态网站：把 notebook 存下的输出做成网页，放在 _site/（离线可读、可搜索；只在课程环境上加装
+#   make site   —— 静态网站：notebook 存下的输出和 docs/ 的指南做成网页，放在 _site/（离线可读、可搜索；只在课程环境上加装
 #                  requirements-site.txt）
-#   make hub    —— 在本机起一个试用的 JupyterHub（要 root；只听 127.0.0.1；make hub-clean 删掉它建的用户；见 README“在 JupyterHub 上开课”）
+#   make hub    —— 在本机起一个试用的 JupyterHub（要 root；只听 127.0.0.1；make hub-clean 删掉它建的用户；见 docs/jupyterhub.md）
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
@@ -140,12 +140,12 @@ artifact: setup
 	COURSE_WRITE_RESULTS=1 CI=true $(PY) -m lib.tools.run_notebooks --allow-errors --no-write $(SHIPPED_NOTEBOOKS)
 	CI=true $(PY) -m lib.tools.run_notebooks $(SHIPPED_NOTEBOOKS) notebooks/11_mini_gpt_vs_rnn.ipynb
 
-# 各页训练结论的汇总（CONTRIBUTING.md 里的表）：用随仓库发布的结果执行各页，记下每条结论（几分钟）；
+# 各页训练结论的汇总（生成 docs/sweep_tables.md）：用随仓库发布的结果执行各页，记下每条结论（几分钟）；
 # make sweep-report KERNELS=avx2：换一套 CPU 计算核、每一页都现场重训（像换了一台 CPU；2 核约 1 小时）
 sweep-report: setup
 	$(PY) -m lib.tools.sweep_report $(if $(KERNELS),--kernels $(KERNELS))
 
-# 静态网站（lib/tools/build_site.py）：notebooks/ 和练习的学生版，用存下的输出，不重新执行；输出在 _site/（git 忽略）
+# 静态网站（lib/tools/build_site.py）：notebooks/、练习的学生版和 docs/ 的指南，用存下的输出，不重新执行；输出在 _site/（git 忽略）
 site: $(STAMP_SITE)
 	$(PY) -m lib.tools.build_site
 

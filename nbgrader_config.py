@@ -20,8 +20,11 @@ c.CourseDirectory.submitted_directory = "submitted"
 c.CourseDirectory.autograded_directory = "autograded"
 c.CourseDirectory.feedback_directory = "feedback"
 c.CourseDirectory.db_url = "sqlite:///gradebook.db"
-# 每个 torch 单元格最多跑这么久（秒）
-c.ExecutePreprocessor.timeout = 120
+# Validate（和普通的 nbgrader autograde）每个单元格最多跑这么久（秒）。练习 10（06_hands_on）的单元格要训练小模型：
+# 学生点 Validate 时是完整训练，(d) 两个进程训练四个迷你 GPT，空闲的 CPU 上 1–3 分钟，慢的笔记本更久；CI 的 QUICK 版
+# 在忙的 2 核机器上也要约 145 秒（2026-12-04，负载 ~10）。120 秒不够，给 600 秒。
+# 我们自己的评分（python -m lib.grading grade）不读这一项：它有自己的 --timeout（默认 120），而且评分时不重跑训练。
+c.ExecutePreprocessor.timeout = 600
 # 学生提交里缺失的评分单元格由 release 版补回，而不是直接让整次评分失败
 c.OverwriteCells.add_missing_cells = True
 c.ClearSolutions.code_stub = {"python": "# 在这里写你的代码\nraise NotImplementedError()"}

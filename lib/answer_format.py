@@ -15,6 +15,8 @@
     torch 默认的 float32（和 ``lib.transformer.apply_rope`` 一样）算出的正确答案都是满分；
   - ``"hand"``：手算后填写的数，和答案相差不超过 0.01（保留两三位小数即可）；
   - ``"share"``：比例、占比，和答案相差不超过 0.005（讲义写成百分数，例如 84%；保留到 0.84 或 0.842 都行）；
+  - ``"hand_relation"``：只用于公开测试的自洽检查，两个手算的数之间的关系（例如权重 = 你自己的打分的 softmax）
+    相差不超过 0.04：两边各有 0.01 的舍入，在 ``"hand"`` 容差内的答案一定通过；
   - 计数（整数）必须完全相同。
   每道题在题目里写明它用哪一种。超出容差时，``shown`` 把“你的”和“应为”写到能看出差别的位数。
 
@@ -27,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
+import os
 import sys
 import warnings
 
@@ -40,6 +43,9 @@ TOLERANCES = {
     "computed": {"rtol": 1e-4, "atol": 0.0},   # 算出来的值：float32 也算对
     "hand": {"rtol": 0.0, "atol": 0.01},       # 手算填写的数：保留两三位小数
     "share": {"rtol": 0.0, "atol": 0.005},     # 比例：讲义的精度（84%）
+    # 几个手算的数之间的关系（公开测试的自洽检查：权重 = 你的打分的 softmax，点积 = 你的 q̃·k̃，|q̃| = 1）：
+    # 每个数都可以差 0.01，关系两边最多差约 0.04；典型错误都比这远得多（例如没有缩放时权重差 0.08）
+    "hand_relation": {"rtol": 0.0, "atol": 0.04},
 }
 
 
@@ -91,12 +97,59 @@ def _no_trailing_dot(text: str) -> str:
     return re.sub(r" +(?=[,\]])", "", text)
 
 
-class FormatError(AssertionError):
+class CheckFailed(AssertionError):
+    """公开测试或评分检查没通过（一个失败的断言，说明是中文）。
+
+    在 Jupyter 里（JupyterLab、nbgrader 的 Validate、nbclient 存下的输出）只显示 “✗ 说明”：IPython 显示异常时
+    先找 ``_render_traceback_``，有就用它返回的几行代替调用栈，所以学生看不到 lib/ 里的内部调用。
+    在普通的 Python 里（pytest、命令行）照常是完整的 traceback。"""
+
+    def _render_traceback_(self) -> list[str]:
+        return [f"✗ {self}"]
+
+
+class FormatError(CheckFailed):
     """答案的格式不对（在公开测试里就是一个失败的断言，说明是中文）。"""
 
 
 class NotAnswered(FormatError):
     """要填写的变量还是发布版里的 None：这道题还没做（和没写完的函数抛出的 NotImplementedError 是一回事）。"""
+
+
+class StudentCodeError(CheckFailed):
+    """测试调用你的函数时，你的代码出错了：显示中文说明，再显示出错的位置（你的代码里的几帧；
+    测试本身在 lib/ 里的调用不显示）。"""
+
+    def __init__(self, message: str, error: BaseException | None = None):
+        super().__init__(message)  # args 只有 message：和别的异常一样能 pickle、复制
+        self.error = error
+
+    def _render_traceback_(self) -> list[str]:
+        if self.error is None:
+            return super()._render_traceback_()
+        return [f"✗ {self}", "出错的位置（你的代码）："] + _student_traceback(self.error)
+
+
+_LIB_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def _student_traceback(error: BaseException) -> list[str]:
+    """error 的调用栈，去掉开头在课程 lib/ 里的帧（测试调用学生函数的那几层）。在 IPython 里用它的格式
+    （和普通的报错一样，单元格写成 “Cell In[5], line 3”），否则用标准库的格式。从不抛出异常。"""
+    tb = error.__traceback__
+    while tb is not None and os.path.abspath(tb.tb_frame.f_code.co_filename).startswith(_LIB_DIR):
+        tb = tb.tb_next
+    try:
+        from IPython import get_ipython
+
+        shell = get_ipython()
+        if shell is not None:
+            return list(shell.InteractiveTB.structured_traceback(type(error), error, tb))
+    except Exception:  # noqa: BLE001  IPython 的格式化出错时退回标准库
+        pass
+    import traceback
+
+    return [line.rstrip("\n") for line in traceback.format_exception(type(error), error, tb)]
 
 
 # ----------------------------------------------------------------------------
@@ -361,8 +414,9 @@ def unfinished_reason(fn) -> str:
 def call(fn, *args, what: str | None = None, **kwargs):
     """在测试单元格里调用你的函数：不显示它的 print、警告和日志；它出错时用中文说明是哪一次调用出的错。
 
-    NotImplementedError：还没作答时照原样抛出；写了答案却在 return 之前执行到 raise NotImplementedError() 时，
-    说明要删掉那一行（return 之后剩下的 raise 不会执行，没有影响）。"""
+    NotImplementedError：还没作答时抛出 NotAnswered（“还没有作答”）；写了答案却在 return 之前执行到
+    raise NotImplementedError() 时，说明要删掉那一行（return 之后剩下的 raise 不会执行，没有影响）。
+    你的函数出错时抛出 StudentCodeError：在 Jupyter 里显示中文说明和你的代码里出错的位置。"""
     name = what or f"{getattr(fn, '__name__', '你的函数')}(...)"
     if not callable(fn):
         raise FormatError(f"{name}：这个名字不是函数，得到 {type(fn).__name__}")
@@ -370,8 +424,9 @@ def call(fn, *args, what: str | None = None, **kwargs):
         with silenced():
             return fn(*args, **kwargs)
     except NotImplementedError:
-        if unfinished_reason(fn) == LEFTOVER_RAISE:
-            raise AssertionError(f"{name}：{LEFTOVER_RAISE}") from None
-        raise
-    except Exception as err:  # noqa: BLE001  学生代码的任何错误：加上是哪一次调用
-        raise AssertionError(f"调用 {name} 时你的函数出错了：{type(err).__name__}: {err}") from err
+        reason = unfinished_reason(fn)
+        if reason == LEFTOVER_RAISE:
+            raise CheckFailed(f"{name}：{LEFTOVER_RAISE}") from None
+        raise NotAnswered(f"{name}：{reason}") from None
+    except Exception as err:  # noqa: BLE001  学生代码的任何错误：加上是哪一次调用，并显示出错的位置
+        raise StudentCodeError(f"调用 {name} 时你的函数出错了：{type(err).__name__}: {err}", err) from err

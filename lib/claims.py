@@ -11,7 +11,7 @@
 “10 个种子里 7 个”“都满足，最差的 0.966”这些话都由数据生成，不会和数字对不上；调用方的 title 只写这组结论讲的是什么
 （如“演示 3”），不写“每个种子都成立的”“只在一部分种子上出现的”。有不成立的就抛出 AssertionError，写明是哪一条、值是多少。
 环境变量 ``COURSE_CLAIMS_LOG`` 指向一个文件时，每次 ``check`` 还把结论追加进去（一行一个 JSON）：
-``python -m lib.tools.sweep_report`` 用它把各页的结论汇总成 CONTRIBUTING.md 里的表。
+``python -m lib.tools.sweep_report`` 用它把各页的结论汇总成 docs/sweep_tables.md 里的表。
 """
 from __future__ import annotations
 

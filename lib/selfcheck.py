@@ -360,7 +360,7 @@ def check_formats(notebook: str, namespace: dict) -> tuple[list[str], list[str]]
             what = f"{name}({', '.join(_short(a) for a in args)})"
             try:
                 value = fmt.call(value, *args, what=what)
-            except NotImplementedError:
+            except fmt.NotAnswered:  # 函数还是 raise NotImplementedError()
                 notes.append(f"{name} 还没有作答。")
                 continue
             except AssertionError as err:  # call() 的说明：函数在小例子上出错了
@@ -433,11 +433,17 @@ def check_notebook(student: dict, path_in_repo: str, checked: str = "给定的 n
     return not problems
 
 
-def check_this_notebook(path_in_repo: str, namespace: dict | None = None) -> bool | None:
-    """在练习 notebook 里调用：检查这个 notebook 的评分单元格和答案的格式。返回 True（没问题）、False（有问题）、
-    None（拿不到 notebook 内容，已说明怎么办；答案的格式照样检查）。namespace 默认是调用者的全局变量。"""
+def check_this_notebook(path_in_repo: str, namespace: dict | None = None) -> None:
+    """在练习 notebook 里调用：检查这个 notebook 的评分单元格和答案的格式，打印报告。不返回任何东西
+    （单元格的最后一行不会多出一个 True）；要结论时用 self_check。namespace 默认是调用者的全局变量。"""
     if namespace is None:
         namespace = inspect.currentframe().f_back.f_globals
+    self_check(path_in_repo, namespace)
+
+
+def self_check(path_in_repo: str, namespace: dict) -> bool | None:
+    """check_this_notebook 的检查本身：打印报告，返回 True（没问题）、False（有问题）、
+    None（拿不到 notebook 内容，已说明怎么办；答案的格式照样检查）。"""
     if "google.colab" in sys.modules:
         try:
             student = _colab_live_notebook()

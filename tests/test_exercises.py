@@ -31,10 +31,9 @@ from lib.grading.exercises import ex01, ex03, ex04, ex05  # noqa: F401  每个�
 
 ROOT = Path(__file__).resolve().parents[1]
 ASSIGNMENT = "exercises"
-NOTEBOOKS = ["01_attention_by_hand", "02_scaling_and_equivariance", "03_positions_and_rope",
-             "04_blocks_and_cost", "05_masks_and_kv_cache", "06_hands_on"]
+NOTEBOOKS = sorted(p.stem for p in (ROOT / "source" / ASSIGNMENT).glob("*.ipynb"))
+AUTOGRADED_NOTEBOOKS = sorted({c.notebook for c in ec.CHECKS.values()})  # 练习 10（06_hands_on）全是人工评分
 SEEDS = (0, 1, 7, 2**31 - 1)
-TOTAL_POINTS = 100
 AUTOGRADED_POINTS = sum(c.points for c in ec.CHECKS.values())
 
 
@@ -44,6 +43,12 @@ def read_nb(path) -> nbformat.NotebookNode:
 
 def nbg(cell) -> dict:
     return cell.get("metadata", {}).get("nbgrader", {})
+
+
+def course_points() -> float:
+    """整个作业的满分：source/ 里每个评分单元格（自动和人工）的分值之和。加一道练习不用改任何数。"""
+    cells = [c for name in NOTEBOOKS for c in read_nb(ROOT / "source" / ASSIGNMENT / f"{name}.ipynb").cells]
+    return sum(nbg(c)["points"] for c in cells if nbg(c).get("grade"))
 
 
 # ----------------------------------------------------------------------------
@@ -64,8 +69,8 @@ def _exec_notebook(name: str) -> dict:
 
 @pytest.fixture(scope="module")
 def reference():
-    """{notebook: 执行完参考答案之后的命名空间}（不含练习 10：它没有自动评分的单元格）。"""
-    return {name: _exec_notebook(name) for name in NOTEBOOKS[:5]}
+    """{notebook: 执行完参考答案之后的命名空间}（只有有自动评分单元格的 notebook；练习 10 没有）。"""
+    return {name: _exec_notebook(name) for name in AUTOGRADED_NOTEBOOKS}
 
 
 def _with(ns: dict, source: str) -> dict:
@@ -81,7 +86,7 @@ def _with(ns: dict, source: str) -> dict:
 
 
 def test_points_and_grade_ids_match_the_notebooks():
-    seen, total = {}, 0
+    seen, auto_total = {}, 0
     for name in NOTEBOOKS:
         nb = read_nb(ROOT / "source" / ASSIGNMENT / f"{name}.ipynb")
         ids = [nbg(c)["grade_id"] for c in nb.cells if nbg(c)]
@@ -90,10 +95,10 @@ def test_points_and_grade_ids_match_the_notebooks():
             meta = nbg(cell)
             if not meta.get("grade"):
                 continue
-            total += meta["points"]
             if cell.cell_type == "code":  # 自动评分的测试单元格：恰好一个 Check，分值相同，隐藏测试调用它
                 check = ec.CHECKS[meta["grade_id"]]
                 assert check.notebook == name and check.points == meta["points"], meta["grade_id"]
+                auto_total += meta["points"]
                 hidden = cell.source.split("### BEGIN HIDDEN TESTS", 1)[1]
                 assert f'run_check("{meta["grade_id"]}", globals())' in hidden
                 visible = cell.source.split("### BEGIN HIDDEN TESTS", 1)[0]
@@ -102,8 +107,8 @@ def test_points_and_grade_ids_match_the_notebooks():
             else:  # 人工评分：评分标准只在参考答案区域里
                 assert meta["solution"] and "评分标准" in cell.source.split("### BEGIN SOLUTION", 1)[1]
     assert set(seen) == set(ec.CHECKS) == set(probes.PROBES)
-    assert total == TOTAL_POINTS
-    assert AUTOGRADED_POINTS == 68
+    assert auto_total == AUTOGRADED_POINTS  # 自动评分单元格的分值之和 = 各练习模块 CHECKS 的分值之和
+    assert 0 < AUTOGRADED_POINTS < course_points()  # 还有人工评分的文字题
 
 
 def test_every_notebook_has_badge_bootstrap_howto_and_selfcheck():
@@ -305,7 +310,10 @@ def generate_cached(model, prompt, max_new_tokens):
 
 
 def test_every_check_has_typical_wrong_answers():
-    assert set(WRONG) == set(ec.CHECKS)
+    missing = sorted(set(ec.CHECKS) - set(WRONG))
+    assert not missing, (f"tests/test_exercises.py 的 WRONG 里还没有这些检查的典型错误答案"
+                         f"（见 CONTRIBUTING.md 的“怎样加一道练习”）：{missing}")
+    assert set(WRONG) <= set(ec.CHECKS), f"WRONG 里有已经不存在的检查：{sorted(set(WRONG) - set(ec.CHECKS))}"
     assert all(label in WRONG[gid] for gid, label in PARTIAL)
 
 
@@ -858,7 +866,7 @@ def test_round_trip_autograde_feedback_export(tmp_path):
     scores = {s: float(rows[s]["score"]) for s in EXPECTED}
     print("grades.csv 的分数：", scores)
     assert scores == {s: float(v) for s, v in EXPECTED.items()}, scores
-    assert all(float(rows[s]["max_score"]) == TOTAL_POINTS for s in EXPECTED)
+    assert all(float(rows[s]["max_score"]) == course_points() for s in EXPECTED)
 
     # 每个 notebook 的分数：错的那份只在 01 丢了 ex1_self_attention 的分
     from nbgrader.api import Gradebook

@@ -50,6 +50,21 @@ scores_1 = np.array([[1.0, 1.0], [1.0, -1.0]])                  # 没有除以 �
 weights_1 = np.array([[0.5, 0.804], [0.5, 0.196]])              # 按列做了 softmax
 outputs_1 = np.array([[0.5, 0.804], [0.5, 0.196]])              # 转置了
 """
+HAND_ROUNDED = """\
+scores_1 = np.array([[0.7, 0.7], [0.7, -0.7]])                  # 一位小数：离 0.7071 只差 0.0071
+weights_1 = np.array([[0.5, 0.5], [0.8, 0.2]])
+outputs_1 = [[0.5, 0.5], [0.8, 0.2]]
+"""
+HAND_OVER_D = """\
+scores_1 = np.array([[0.5, 0.5], [0.5, -0.5]])                  # 除以 d_k = 2，不是 √2
+weights_1 = np.array([[0.5, 0.5], [0.731, 0.269]])              # 这个打分的 softmax
+outputs_1 = np.array([[0.5, 0.731], [0.5, 0.269]])              # 自己的权重 × V，转置了
+"""
+HAND_SIGN = """\
+scores_1 = np.array([[0.707, 0.707], [0.707, 0.707]])           # q_2·k_2 的符号错了
+weights_1 = np.exp(scores_1)                                    # 忘了除以每行之和
+outputs_1 = weights_1 @ np.eye(2)
+"""
 HAND_FLAT = """\
 scores_1 = np.array([0.707, 0.707, 0.707, -0.707])              # 形状 (4,)，不是 2×2
 weights_1 = np.array([[0.5, 0.5], [0.804, 0.196]])
@@ -686,6 +701,10 @@ SUBMISSIONS = {  # 学号 → (notebook, {答案单元格的 grade_id: 内容})
         SCALED, "scores = np.where(np.swapaxes(mask, -1, -2), scores, -np.inf)   # 掩码转置了：挡住的是行")}),
     "f01_upstream": (NB1, {"ex1_hand_answer": HAND_UPSTREAM, "ex4_answer": queries_src("20.0 * K[a]", "20.0 * K[a]")}),
     "f05_extra_prompt": (NB5, {"ex11_generation_answer": GENERATE_EXTRA_PROMPT}),
+    # issue 42：手算的典型错误在交之前（公开测试的自洽检查）和交之后（评分说明）说同一句话
+    "f01_hand_rounded": (NB1, {"ex1_hand_answer": HAND_ROUNDED}),
+    "f01_hand_over_d": (NB1, {"ex1_hand_answer": HAND_OVER_D}),
+    "f01_hand_sign": (NB1, {"ex1_hand_answer": HAND_SIGN}),
     # 讲义 §15 的答案 n + m（用缓存时把最后一个新词也送进模型）：“写讲义答案的学生从不丢分”
     "f05_lecture": (NB5, {"ex11_counts_answer": COUNTS_LECTURE}),
 }
@@ -707,7 +726,7 @@ f01_loops        ex4_copy_query          3      c = 7 刚好够（n = 8 时权�
 f01_loops        ex4_average_query       3      c = 6 刚好够（n = 8 时合计 0.993）
 f01_mistakes     ex1_scores              0      没有除以 √2
 f01_mistakes     ex1_weights             0      按列做了 softmax
-f01_mistakes     ex1_outputs             0      转置了
+f01_mistakes     ex1_outputs             0      输出 = 自己的（按列 softmax 的）权重 × V：错在上游
 f01_mistakes     ex1_self_attention      0      乘了 √d_k：每一部分都错
 f01_mistakes     ex4_copy_query          2      q = k_a：方向对，长度不够（c = 1）
 f01_mistakes     ex4_average_query       0      q = 0：方向就不对（均匀的权重）
@@ -817,6 +836,15 @@ f01_upstream     ex1_outputs             0      输出 = 自己的权重 × V：
 f01_upstream     ex4_average_query       0      平均时只指向 k_a：方向错（权重 1.000 / 0.000）
 f05_extra_prompt ex11_cached_generation  3      词元对；多送了一遍提示，处理的位置超过 n + m
 f05_lecture      ex11_counts             3      讲义的答案：用缓存时 n + m（最后一个新词也送进模型），也是满分
+f01_hand_rounded ex1_scores              2      讲义的 0.707 写成一位小数 0.7：在 ±0.01 之内
+f01_hand_rounded ex1_weights             2      0.8 / 0.2
+f01_hand_rounded ex1_outputs             2      0.8 / 0.2，列表
+f01_hand_over_d  ex1_scores              0      除以 d_k = 2，不是 √2
+f01_hand_over_d  ex1_weights             0      这个打分的 softmax（和自己的打分一致，但打分错了）
+f01_hand_over_d  ex1_outputs             0      自己的权重 × V，转置了
+f01_hand_sign    ex1_scores              0      q_2·k_2 的符号错了：不是每个点积都除以同一个数
+f01_hand_sign    ex1_weights             0      只取了 exp，忘了除以每行之和
+f01_hand_sign    ex1_outputs             0      输出 = 自己的权重 × V：错在上游
 """
 
 # 同一个格式问题，三处说同一句话；None = 这种格式三处都接受（公开测试不报错、自检没有 ✗、评分给满分）
@@ -839,6 +867,9 @@ AGREE = [
     ("f04_numpy", "ex7_crossover", "crossover_length", None),
     ("f05_lecture_count", "ex11_counts", "positions_without_cache", None),
     ("f01_float32", "ex1_self_attention", "self_attention", None),
+    ("f01_hand_rounded", "ex1_scores", "scores_1", None),
+    ("f01_hand_rounded", "ex1_weights", "weights_1", None),
+    ("f01_hand_rounded", "ex1_outputs", "outputs_1", None),
     ("f01_torch", "ex1_self_attention", "self_attention", None),
     ("f02_float32", "ex2_variance", "score_variance", None),
     ("f02_float32", "ex3_equivariance", "equivariance_gap", None),
@@ -857,11 +888,11 @@ AGREE = [
 # 典型错误：公开测试（交之前）和评分说明（交之后）都说出原因
 # 提交、单元格、公开测试里的一句话（None：公开测试的小例子发现不了这个错误，它不报错）、评分说明里的一句话
 HINTS = [
-    ("f01_mistakes", "ex1_self_attention", "打分除以 √d_k 了吗", "乘了 √d_k"),
-    ("f01_moderate", "ex1_self_attention", "打分除以 √d_k 了吗", "没有除以 √d_k"),
+    ("f01_mistakes", "ex1_self_attention", "看起来打分乘了 √d_k", "看起来打分乘了 √d_k"),
+    ("f01_moderate", "ex1_self_attention", "看起来打分没有除以 √d_k", "看起来打分没有除以 √d_k"),
     ("f01_transpose", "ex1_self_attention", "有批维度", "np.swapaxes"),
-    ("f01_nomask", "ex1_self_attention", "mask 里 True 表示可以看", "掩码没有起作用"),
-    ("f01_inverted", "ex1_self_attention", "mask 里 True 表示可以看", "用反了"),
+    ("f01_nomask", "ex1_self_attention", "看起来掩码没有起作用", "看起来掩码没有起作用"),
+    ("f01_inverted", "ex1_self_attention", "mask 里 True 表示“可以看”，是不是用反了", "mask 里 True 表示“可以看”，是不是用反了"),
     ("f01_moderate", "ex4_copy_query", "要求至少 0.99", "c ≥ ln(99 × 7)"),
     ("f01_mistakes", "ex4_average_query", "q 的方向和长度", "打分应比其他键都大"),
     ("f02_mistakes", "ex2_monte_carlo", "恰好等于公式", "恰好等于公式"),
@@ -872,7 +903,7 @@ HINTS = [
     ("f03_mistakes", "ex5_rotate_2d", "转反了方向", "转反了方向"),
     ("f04_mistakes", "ex6_param_count", "124,439,808", "少了最后一个层归一化的 2d"),
     ("f04_half", "ex6_param_count", "都没有参数", "只有可学习的位置嵌入"),
-    ("f05_mistakes", "ex8_pad_mask", "掩码挡住的是行还是列", "应该挡列"),
+    ("f05_mistakes", "ex8_pad_mask", "这个掩码挡住的是行（查询），应该挡列（键）", "这个掩码挡住的是行（查询），应该挡列（键）"),
     ("f05_mistakes", "ex11_counts", "提示只送进模型一次", "每一步都把提示的 n 个位置重新送进了模型"),
     ("f05_mistakes", "ex11_cached_generation", "kv_cache", "kv_cache"),
     ("f01_bool_index", "ex1_self_attention", "因果掩码 (3, 3)", "不能用布尔索引 scores[~mask]"),
@@ -880,6 +911,20 @@ HINTS = [
     ("f04_lecture", "ex6_param_count", "124,439,808", "讲义 §15 的答案用 12d² + 13d 估算"),
     ("f04_percent", "ex7_share", "d = 768、n = 128 时占比应约为 2.7%", "占比是 0 到 1 之间的小数"),
     ("f01_float32", "ex4_copy_query", "删掉 raise NotImplementedError() 这一行", "删掉 raise NotImplementedError() 这一行"),
+    # issue 42：手算的典型错误，公开测试（自洽检查，不透露答案）和评分说明说同一句话
+    ("f01_mistakes", "ex1_scores", "和 q·k 相等：没有除以 √d_k = √2", "和 q·k 相等：没有除以 √d_k = √2"),
+    ("f01_mistakes", "ex1_weights", "softmax 按列做了，应按行做", "softmax 按列做了，应按行做"),
+    ("f01_mistakes", "ex1_outputs", None, "和你的 weights_1 一致；错在 softmax 按列做了"),
+    ("f01_upstream", "ex1_scores", "和 q·k 相等：没有除以 √d_k = √2", "和 q·k 相等：没有除以 √d_k = √2"),
+    ("f01_upstream", "ex1_weights", "是没有缩放的 q·k 做 softmax 的结果", "是没有缩放的 q·k 做 softmax 的结果"),
+    ("f01_hand_over_d", "ex1_scores", "是 q·k 除以了 d_k = 2：应该除以 √d_k = √2",
+     "是 q·k 除以了 d_k = 2：应该除以 √d_k = √2"),
+    ("f01_hand_over_d", "ex1_weights", "是 q·k 除以 d_k = 2 之后做 softmax 的结果",
+     "是 q·k 除以 d_k = 2 之后做 softmax 的结果"),
+    ("f01_hand_over_d", "ex1_outputs", "看起来转置了", "看起来转置了"),
+    ("f01_hand_sign", "ex1_scores", "不是每个 q_i·k_j 都除以同一个正数", "不是每个 q_i·k_j 都除以同一个正数"),
+    ("f01_hand_sign", "ex1_weights", "有一行之和不是 1", "有一行之和不是 1"),
+    ("f01_hand_sign", "ex1_outputs", None, "和你的 weights_1 一致；错在上游的 weights_1"),
 ]
 
 
@@ -937,9 +982,11 @@ def grade(course: Path, zpath: Path, jobs: int = 2) -> subprocess.CompletedProce
 
 
 def _text(outputs, kind) -> str:
-    if kind == "error":
-        return "\n".join(f"{o.get('ename')}: {o.get('evalue')}" for o in outputs if o.get("output_type") == "error")
-    return "".join(o.get("text", "") for o in outputs if o.get("output_type") == "stream" and o.get("name") == "stdout")
+    stdout = "".join(o.get("text", "") for o in outputs if o.get("output_type") == "stream" and o.get("name") == "stdout")
+    if kind == "error":  # 公开测试没通过：评分时（NBGRADER_EXECUTION=autograde）打印 “✗ …”，不抛出（lib/public_tests）
+        errors = [f"{o.get('ename')}: {o.get('evalue')}" for o in outputs if o.get("output_type") == "error"]
+        return "\n".join(errors + [line for line in stdout.splitlines() if line.startswith("✗ ")])
+    return stdout
 
 
 def results(course: Path) -> dict:
@@ -1091,13 +1138,18 @@ def test_typical_mistakes_are_named_before_and_after_submitting(graded, sid, gid
 
 @pytest.mark.slow
 def test_visible_tests_explain_in_chinese(graded):
-    """公开测试的报错都是中文的断言（格式问题、答错的提示、你的函数出错时是哪一次调用），没有裸的英文异常。"""
+    """公开测试的报错都是中文的断言（格式问题、答错的提示、你的函数出错时是哪一次调用），没有裸的英文异常。
+    评分时公开测试不抛出，只打印 “✗ 说明”（分数由隐藏检查决定）：这些行也是中文。"""
     cjk = re.compile(r"[\u4e00-\u9fff]")
     for sid, r in graded["results"].items():
         for gid, text in r["visible"].items():
             for line in filter(None, text.splitlines()):
+                if line.startswith("✗ "):
+                    assert cjk.search(line), (sid, gid, line)
+                    continue
                 ename, _, evalue = line.partition(": ")
-                assert ename in ("AssertionError", "FormatError", "NotAnswered", "NotImplementedError"), (sid, gid, line)
+                assert ename in ("AssertionError", "CheckFailed", "FormatError", "NotAnswered", "StudentCodeError",
+                                 "NotImplementedError"), (sid, gid, line)
                 assert cjk.search(evalue), (sid, gid, line)
 
 

@@ -12,7 +12,7 @@ import nbformat
 import pytest
 
 from lib import selfcheck
-from lib.selfcheck import check_notebook, check_this_notebook, compare
+from lib.selfcheck import check_notebook, check_this_notebook, compare, self_check
 
 REL = "release/exercises/01_demo.ipynb"
 REAL_RELEASE = sorted((selfcheck.REPO_ROOT / "release").glob("*/*.ipynb"))
@@ -108,7 +108,7 @@ def test_local_reads_the_saved_file_in_the_cwd(course, tmp_path, monkeypatch, ca
     nb["cells"].insert(3, copy.deepcopy(nb["cells"][2]))
     (student_dir / "01_demo.ipynb").write_text(json.dumps(nb), encoding="utf-8")
     monkeypatch.chdir(student_dir)
-    assert check_this_notebook(REL) is False
+    assert self_check(REL, {}) is False
     out = capsys.readouterr().out
     assert str(student_dir / "01_demo.ipynb") in out and "出现了 2 次" in out
 
@@ -126,7 +126,7 @@ def test_answering_in_place_is_compared_with_the_committed_release(course, monke
     monkeypatch.setattr(selfcheck, "REPO_ROOT", course)
     monkeypatch.delitem(sys.modules, "google.colab", raising=False)
     monkeypatch.chdir((course / REL).parent)
-    assert check_this_notebook(REL) is False
+    assert self_check(REL, {}) is False
     assert "“ex1_test”不见了" in capsys.readouterr().out
 
 
@@ -138,12 +138,12 @@ def test_answering_in_place_without_git_uses_the_solution_version(course, monkey
     nb = _answered()
     nb["cells"].insert(3, copy.deepcopy(nb["cells"][2]))
     (course / REL).write_text(json.dumps(nb), encoding="utf-8")
-    assert check_this_notebook(REL) is None  # 没有可以对照的原版：说明原因，不假装通过
+    assert self_check(REL, {}) is None  # 没有可以对照的原版：说明原因，不假装通过
     assert "没有 git 记录的原版" in capsys.readouterr().out
     solution = course / "solutions" / "exercises" / "01_demo.ipynb"
     solution.parent.mkdir(parents=True)
     solution.write_text(json.dumps(_answered()), encoding="utf-8")
-    assert check_this_notebook(REL) is False
+    assert self_check(REL, {}) is False
     assert "出现了 2 次" in capsys.readouterr().out
 
 
@@ -170,7 +170,7 @@ def test_colab_checks_the_live_notebook(course, monkeypatch, capsys, tmp_path):
     nb["cells"][4]["cell_type"] = "raw"
     nb["metadata"]["colab"] = {"provenance": []}
     _fake_colab(monkeypatch, {"ipynb": nb})
-    assert check_this_notebook(REL) is False
+    assert self_check(REL, {}) is False
     out = capsys.readouterr().out
     assert "Colab 里正在编辑的这个 notebook" in out and "变成了 raw" in out
 
@@ -178,7 +178,7 @@ def test_colab_checks_the_live_notebook(course, monkeypatch, capsys, tmp_path):
 def test_colab_without_the_live_notebook_explains_what_to_do(course, monkeypatch, capsys):
     monkeypatch.setattr(selfcheck, "REPO_ROOT", course)
     _fake_colab(monkeypatch, TimeoutError("no reply"))
-    assert check_this_notebook(REL) is None
+    assert self_check(REL, {}) is None
     out = capsys.readouterr().out
     assert "下载 .ipynb" in out and "python -m lib.selfcheck" in out
 
@@ -267,9 +267,21 @@ def test_format_problems_count_as_problems_in_the_notebook(course, monkeypatch, 
     out = capsys.readouterr().out
     assert "✓ 评分单元格完整" in out and "应返回整数，得到字符串" in out and "格式问题" in out
     monkeypatch.chdir(course)  # 当前目录里没有这个 notebook：只检查格式
-    assert check_this_notebook("exercises/04_blocks_and_cost.ipynb", namespace=ns) is None
+    assert self_check("exercises/04_blocks_and_cost.ipynb", ns) is None
     assert "应返回整数，得到字符串" in capsys.readouterr().out
 
+
+
+def test_the_notebook_cell_shows_the_report_and_no_stray_true(course, monkeypatch, capsys):
+    """check_this_notebook 是自查单元格的最后一行：它只打印报告，不返回值（否则单元格末尾多出一个 True）；
+    答案的格式用的是调用者（notebook）的全局变量。"""
+    monkeypatch.setattr(selfcheck, "REPO_ROOT", course)
+    monkeypatch.delitem(sys.modules, "google.colab", raising=False)
+    monkeypatch.chdir(course)
+    caller = {"check_this_notebook": check_this_notebook, "count_params": lambda *a: "124,439,808"}
+    exec('result = check_this_notebook("exercises/04_blocks_and_cost.ipynb")', caller)  # noqa: S102
+    assert caller["result"] is None
+    assert "应返回整数，得到字符串" in capsys.readouterr().out
 
 # ---------------------------------------------------------------- issue 20：看的是内核所属的文件；答案写在新单元格里；没删掉的 raise
 
@@ -288,14 +300,14 @@ def test_the_kernels_own_notebook_is_checked_not_the_blank_one_beside_it(course,
     (work / "01_demo (1).ipynb").write_text(json.dumps(broken), encoding="utf-8")         # 正在编辑的
     monkeypatch.chdir(work)
     for namespace in ({"__session__": str(work / "01_demo (1).ipynb")}, {"__session__": "work/01_demo (1).ipynb"}):
-        assert check_this_notebook(REL, namespace=namespace) is False
+        assert self_check(REL, namespace) is False
         out = capsys.readouterr().out
         assert "01_demo (1).ipynb" in out and "出现了 2 次" in out
     monkeypatch.setenv("JPY_SESSION_NAME", str(work / "01_demo (1).ipynb"))  # 没有 __session__ 的老 ipykernel
-    assert check_this_notebook(REL, namespace={}) is False
+    assert self_check(REL, {}) is False
     assert "01_demo (1).ipynb" in capsys.readouterr().out
     monkeypatch.delenv("JPY_SESSION_NAME")
-    assert check_this_notebook(REL, namespace={}) is True  # 不知道时照旧：当前目录里的同名文件
+    assert self_check(REL, {}) is True  # 不知道时照旧：当前目录里的同名文件
     assert str(work / "01_demo.ipynb") in capsys.readouterr().out
 
 
@@ -372,12 +384,12 @@ def test_a_renamed_notebook_without_session_info_is_found_and_checked(course, tm
     (work / name).write_text(json.dumps(broken), encoding="utf-8")
     (work / "02_other (1).ipynb").write_text(json.dumps(_answered()), encoding="utf-8")  # 别的练习：不相干
     monkeypatch.chdir(work)
-    assert check_this_notebook(REL, namespace={}) is False
+    assert self_check(REL, {}) is False
     out = capsys.readouterr().out
     assert f"这个 notebook 的文件 {work / name}" in out and "出现了 2 次" in out, out
     assert "提交时请改回 01_demo.ipynb" in out and "找不到" not in out, out
     (work / name).write_text(json.dumps(_answered()), encoding="utf-8")
-    assert check_this_notebook(REL, namespace={}) is True
+    assert self_check(REL, {}) is True
     assert "提交时请改回 01_demo.ipynb" in capsys.readouterr().out
 
 
@@ -386,7 +398,7 @@ def test_no_notebook_file_says_the_cells_were_not_checked(course, tmp_path, monk
     monkeypatch.delitem(sys.modules, "google.colab", raising=False)
     monkeypatch.delenv("JPY_SESSION_NAME", raising=False)
     monkeypatch.chdir(tmp_path)
-    assert check_this_notebook(REL, namespace={}) is None
+    assert self_check(REL, {}) is None
     assert "评分单元格没有核对" in capsys.readouterr().out
 
 
@@ -398,5 +410,5 @@ def test_without_lib_grading_the_selfcheck_still_runs(course, tmp_path, monkeypa
     monkeypatch.setitem(sys.modules, "lib.grading.collect", None)  # import 时 ModuleNotFoundError
     (tmp_path / "01_demo (1).ipynb").write_text(json.dumps(_answered()), encoding="utf-8")
     monkeypatch.chdir(tmp_path)
-    assert check_this_notebook(REL, namespace={}) is None
+    assert self_check(REL, {}) is None
     assert "评分单元格没有核对" in capsys.readouterr().out

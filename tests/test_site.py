@@ -1,8 +1,8 @@
 """静态网站（make site，lib/tools/build_site.py）：像学生一样在真的浏览器里打开它。
 
 构建一次（要在 60 秒内），用一个无头 Chromium（Playwright）从 file:// 和一个本地的静态服务器各打开一遍，
-手机和笔记本两种宽度：首页、notebook 05（公式和图）、notebook 11（表）、一个练习页、搜索几个中文的词和词组（http 下
-每条结果有摘要，file:// 下写明怎样看到摘要）；360 像素宽时每一页都不横向溢出；360 和 390 像素宽时标题栏的站点标题、
+手机和笔记本两种宽度：首页、notebook 05（公式和图）、notebook 11（表）、一个练习页、一页助教指南（docs/）、搜索几个中文的词
+和词组（http 下每条结果有摘要，file:// 下写明怎样看到摘要；搜“成绩”找得到助教指南）；360 像素宽时每一页都不横向溢出；360 和 390 像素宽时标题栏的站点标题、
 搜索和“本页小节”按钮都在屏幕上，“运行这一页”收起成一行、正文第一段在第一屏；目录按钮能打开目录；笔记本上侧栏能收起。
 下载链接给的是仓库里的原文件。每一次打开都记下浏览器发出的全部请求：不能有一个离开网站自己的文件夹（没有 CDN、字体、统计）。
 
@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import http.server
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -76,6 +77,30 @@ def test_the_site_has_every_page_in_lecture_order_and_only_student_versions(site
     assert not folded, f"收起的证据单元格的开关是英文（conf.py 的 nb_code_prompt_show）：{folded}"
 
 
+
+def test_the_guides_are_a_part_of_the_site_after_the_exercises(site):
+    """“教师与助教”：docs/*.md 每一页加上 CONTRIBUTING.md，在首页目录的最后；指向仓库文件的链接换成了 GitHub 上的地址，
+    没有留下指向 .md 或仓库里文件夹的相对链接（网站上那会是坏链接）。"""
+    guides = sorted(p.stem for p in (REPO / "docs").glob("*.md"))
+    assert sorted(p.stem for p in (site / "docs").glob("*.html")) == sorted([*guides, "index"])
+    assert (site / "CONTRIBUTING.html").exists()
+    index = (site / "index.html").read_text(encoding="utf-8")
+    assert index.index("release/exercises/index.html") < index.index("docs/index.html"), "指南排在练习之后"
+    part = (site / "docs" / "index.html").read_text(encoding="utf-8")
+    order = [part.index(f'href="{name}.html"') for name in build_site.PARTS[-1].order]
+    assert order == sorted(order) and "../CONTRIBUTING.html" in part
+    repo = build_site._course()["repository"].rstrip("/")
+    for page in [*(site / "docs").glob("*.html"), site / "CONTRIBUTING.html"]:
+        html = page.read_text(encoding="utf-8")
+        hrefs = re.findall(r'href="([^"#]+)', html)
+        assert not [h for h in hrefs if h.endswith((".md", "/")) and not h.startswith("http")], page.name
+    hub = (site / "docs" / "jupyterhub.html").read_text(encoding="utf-8")
+    assert f'href="{repo}/blob/main/deploy/jupyterhub/jupyterhub.service"' in hub
+    size = sum(p.stat().st_size for p in site.rglob("*") if p.is_file()) / 1e6
+    documented = float(re.search(r"自足的文件夹（约 (\d+) MB）", (REPO / "docs" / "site.md").read_text(encoding="utf-8"))[1])
+    assert abs(size - documented) <= 0.25 * documented, f"网站 {size:.1f} MB，docs/site.md 写的是约 {documented:g} MB：请改那个数"
+
+
 class _Quiet(http.server.SimpleHTTPRequestHandler):
     def log_message(self, *args):
         pass
@@ -121,7 +146,8 @@ def _visit(browser, base: str, size: str, path: str, shot: Path | None = None):
 
 
 SEARCHES = (("残差", "notebooks/07_transformer_block.html"), ("位置编码", "notebooks/05_positional_encoding.html"),
-            ("旋转位置编码", "notebooks/05_positional_encoding.html"), ("相对位置", "notebooks/05_positional_encoding.html"))
+            ("旋转位置编码", "notebooks/05_positional_encoding.html"), ("相对位置", "notebooks/05_positional_encoding.html"),
+            ("成绩", "docs/ta_guide.html"))  # 最后一个：助教的词找得到助教指南
 
 
 def _search_excerpt(page, href: str) -> tuple[str, str]:
@@ -174,6 +200,14 @@ def test_pages_render_offline_at_phone_and_laptop_width(site, served, browser, s
     href = page.eval_on_selector("a.download", "a => a.getAttribute('href')")
     assert href and href.endswith("01_attention_by_hand.ipynb")
     page.close()
+    # 一页指南（Markdown 写的）：标题、表在自己的框里横向滚动，指向仓库文件的链接是 GitHub 的地址，没有“运行这一页”
+    page, req = _visit(browser, base, size, "docs/ta_guide.html", shots / f"guide-{how}-{size}.png")
+    seen += req
+    assert page.inner_text("article h1").startswith("助教指南")
+    assert page.evaluate("() => document.querySelectorAll('article table').length") >= 2
+    assert page.evaluate("() => document.documentElement.scrollWidth") <= SIZES[size][0] + 2, "指南不应横向溢出"
+    assert not page.query_selector("details.run-this-page")
+    page.close()
     # 搜索中文的词和词组：结果里有讲它的那一页，结果的说明是中文；http 下每条结果有摘要（正文里搜索词前后的一段，
     # 不是路径导航和标题），file:// 下浏览器不许取别的页面，结果上方说怎样看到摘要。笔记本宽度只搜第一个（搜索和宽度无关，
     # 只看版面）
@@ -198,20 +232,23 @@ def test_pages_render_offline_at_phone_and_laptop_width(site, served, browser, s
 
 def test_no_page_is_wider_than_a_phone(site, served, browser):
     """手机宽度（360 像素，常见手机里最窄的）下每一页都不横向溢出，“运行这一页”点开了也一样：长的代码名、公式、
-    路径在自己的位置换行或横向滚动。"""
-    pages = ["index.html"] + [p.relative_to(site).as_posix() for folder in ("notebooks", "release/exercises")
-                              for p in sorted((site / folder).glob("*.html"))]
+    路径在自己的位置换行或横向滚动（指南的段落和列表里的代码也不伸出屏幕）。"""
+    pages = ["index.html"] + [p.relative_to(site).as_posix() for part in build_site.PARTS
+                              for p in sorted((site / part.folder).glob("*.html"))]
+    pages += [Path(extra).with_suffix(".html").as_posix() for part in build_site.PARTS for extra in part.extra]
     wide = {}
     for path in pages:
         page, _ = _visit(browser, served, "small-phone", path)
         page.evaluate("() => document.querySelectorAll('details').forEach(d => { d.open = true; })")
         width = page.evaluate("() => document.documentElement.scrollWidth")
-        clipped = page.evaluate("""() => [...document.querySelectorAll('.admonition code, details code')]
+        clipped = page.evaluate("""() => [...document.querySelectorAll('.admonition code, details code' +
+              (document.querySelector('.guide-page') ? ', article p code, article li code' : ''))]
+            .filter(c => !c.closest('table') || c.closest('details'))  // 表在自己的框里横向滚动
             .filter(c => c.getBoundingClientRect().right > document.documentElement.clientWidth + 1).length""")
         if width > SIZES["small-phone"][0] + 2 or clipped:
             wide[path] = (width, clipped)
         page.close()
-    assert len(pages) >= 21 and not wide, wide
+    assert len(pages) >= 33 and not wide, wide
 
 
 # 标题栏里学生要点的三样：站点标题（回首页）、搜索按钮、本页小节（首页没有小节，没有这个按钮）
@@ -227,10 +264,10 @@ HEADER = """() => { const box = sel => { const e = document.querySelector(sel);
 @pytest.mark.parametrize("size", ["phone", "small-phone"])
 def test_the_phone_header_keeps_the_title_search_and_contents_on_screen(site, served, browser, size):
     """390 和 360 像素宽（有中文字体）：站点标题、搜索、本页小节按钮都整个在屏幕上、互不重叠，页面不横向滚动。
-    首页、标题最长的页（第 0 页）、notebook 11 和搜索结果页。"""
+    首页、标题最长的页（第 0 页）、notebook 11、讲义与课程的差异（一页宽表的指南）和搜索结果页。"""
     width = SIZES[size][0]
     pages = {"index": "index.html", "00": "notebooks/00_start_here.html", "11": "notebooks/11_mini_gpt_vs_rnn.html",
-             "search": "search.html?q=残差"}
+             "differences": "docs/lecture_differences.html", "search": "search.html?q=残差"}
     for name, path in pages.items():
         page, _ = _visit(browser, served, size, path)
         if name == "search":
@@ -239,7 +276,7 @@ def test_the_phone_header_keeps_the_title_search_and_contents_on_screen(site, se
         got = page.evaluate(HEADER)
         page.close()
         assert got["scroll"] <= width, (path, got)
-        buttons = [got["title"], got["search"]] + ([got["contents"]] if name in ("00", "11") else [])
+        buttons = [got["title"], got["search"]] + ([got["contents"]] if name in ("00", "11", "differences") else [])
         assert all(buttons), (path, "标题、搜索或本页小节按钮不见了", got)
         for box in buttons:
             assert 0 <= box["left"] and box["right"] <= width, (path, "有一样伸出了屏幕", got)

@@ -1,4 +1,4 @@
-"""lib/tools/sweep_report.py：各页记下的结论合成 CONTRIBUTING.md 里的表（每一次抽样一列）。"""
+"""lib/tools/sweep_report.py：各页记下的结论合成 docs/sweep_tables.md 里的表（每一次抽样一列）。"""
 import json
 
 import pytest
@@ -28,18 +28,43 @@ def test_table_has_a_column_per_draw_and_marks_failures(tmp_path, monkeypatch):
     assert "| Post-LN 卡住的种子 | 频率 | 1–3 次 | 2/4 | — |" in table  # 这一次没有记下这条：—
 
 
-def test_contributing_section_is_rewritten_between_the_markers(tmp_path, monkeypatch):
+def test_the_tables_file_is_wholly_generated(tmp_path, monkeypatch):
     monkeypatch.setattr(sweep_report, "CLAIMS_DIR", tmp_path / "claims")
     _record(tmp_path, monkeypatch, "shipped", [always("a", [1.0], low=0.5)])
-    doc = tmp_path / "CONTRIBUTING.md"
-    doc.write_text(f"前面\n{sweep_report.BEGIN}\n旧的表\n{sweep_report.END}\n后面\n", encoding="utf-8")
-    sweep_report.write_contributing(doc)
+    doc = tmp_path / "sweep_tables.md"
+    doc.write_text("旧的表，合并时留下的冲突标记 <<<<<<<\n", encoding="utf-8")
+    sweep_report.write_tables(doc)
     text = doc.read_text(encoding="utf-8")
-    assert text.startswith("前面\n") and text.endswith(f"{sweep_report.END}\n后面\n") and "旧的表" not in text
+    assert text.startswith("# 各页训练结论的汇总") and "生成的文件" in text and "旧的表" not in text
     assert "| a | 每个种子 | ≥ 0.5 | 1（1） |" in text
-    doc.write_text("没有标记", encoding="utf-8")
-    with pytest.raises(SystemExit, match="标记"):
-        sweep_report.write_contributing(doc)
+
+
+def test_re_recording_one_page_leaves_the_other_pages_lines_and_order(tmp_path, monkeypatch):
+    """只重新执行一页（--pages）：别的页的行一个字节都不变，文件和表都按 PAGES 的顺序（几个人各自重新生成不同的页，
+    合并时不冲突；表的顺序不随执行的先后变）。"""
+    monkeypatch.setattr(sweep_report, "CLAIMS_DIR", tmp_path / "claims")
+    log = tmp_path / "claims" / "shipped.jsonl"
+    for page in ("07_transformer_block", "11_mini_gpt_vs_rnn"):
+        _record(tmp_path, monkeypatch, "shipped", [always(f"{page} 的结论", [1.0], low=0.5)], page=page)
+    before = log.read_text(encoding="utf-8").splitlines()
+
+    def fake_run(path, **kw):  # 重新执行第 7 页：它的结论换了一个值
+        _record(tmp_path, monkeypatch, "shipped", [always("07_transformer_block 的结论", [0.9], low=0.5)])
+        return 1.0, []
+
+    monkeypatch.setattr(sweep_report, "run", fake_run)
+    assert sweep_report.record("shipped", ["07_transformer_block"], {}) == []
+    after = log.read_text(encoding="utf-8").splitlines()
+    assert [json.loads(line)["page"] for line in after] == ["07_transformer_block", "11_mini_gpt_vs_rnn"]
+    assert after[1] == before[1] and after[0] != before[0]
+    table = sweep_report.table()
+    assert table.index("**07_transformer_block**") < table.index("**11_mini_gpt_vs_rnn**")
+
+
+def test_the_tables_in_docs_are_up_to_date_with_the_recorded_claims():
+    """docs/sweep_tables.md 是 artifacts/claims/*.jsonl 生成的：两者不一致（例如合并之后）时重新生成。"""
+    assert sweep_report.TABLES.read_text(encoding="utf-8") == sweep_report.render(), (
+        "docs/sweep_tables.md 和 artifacts/claims/ 里记下的结论不一致：运行 python -m lib.tools.sweep_report --table")
 
 
 def test_the_recorded_sweep_covers_every_training_page():

@@ -19,7 +19,7 @@
 hidden_inputs.py），输入只取决于 seed 和题目，所以同一份文件的分数只取决于文件本身。
 
 ``run_check(grade_id, namespace, seed=None)`` 在一个进程里跑探针 + 检查：全对时不返回任何东西，全错时抛出
-AssertionError(说明)，部分正确时打印说明并返回得分（nbgrader 把测试单元格最后一个表达式的数值当作部分分）。
+CheckFailed(说明)（一种 AssertionError，在 Jupyter 里只显示说明），部分正确时打印说明并返回得分（nbgrader 把测试单元格最后一个表达式的数值当作部分分）。
 source/ 里每个测试单元格的隐藏测试就调用它，所以普通的 nbgrader 和评分流水线（lib/grading 的其余部分）
 用的是同一套检查、同样的部分分。
 """
@@ -33,7 +33,7 @@ from typing import Callable
 import numpy as np
 
 from lib import answer_format as fmt
-from lib.answer_format import FormatError
+from lib.answer_format import CheckFailed, FormatError
 
 from . import probes
 
@@ -195,14 +195,14 @@ def grade(grade_id: str, namespace: dict, seed: int | None = None) -> tuple[floa
 
 
 def run_check(grade_id: str, namespace: dict, seed: int | None = None) -> float | None:
-    """隐藏测试调用的入口：全对时返回 None（nbgrader 给满分）；全错时抛出 AssertionError(中文说明)；
+    """隐藏测试调用的入口：全对时返回 None（nbgrader 给满分）；全错时抛出 CheckFailed(中文说明)；
     部分正确时打印说明、返回得分（单元格最后一个表达式的数值，nbgrader 把它当作部分分）。"""
     if grade_id not in CHECKS:
         raise KeyError(f"未知的 grade_id {grade_id!r}")
     fraction, message = grade(grade_id, namespace, seed)
     if fraction >= 1.0:
         return None
-    if fraction <= 0.0:
-        raise AssertionError(f"[{grade_id}] {message}")
+    if fraction <= 0.0:  # CheckFailed：Jupyter 里只显示 “✗ 说明”，不显示 lib/ 里的调用栈
+        raise CheckFailed(f"[{grade_id}] {message}")
     print(f"[{grade_id}] {message}")
     return round(CHECKS[grade_id].points * fraction, 4)

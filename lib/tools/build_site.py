@@ -9,8 +9,10 @@
     python -m lib.tools.build_site -o DIR     # 输出到别处
     python -m http.server -d _site            # 用本地服务器看：搜索结果才有摘要（file:// 下浏览器不让搜索取回别的页面）
 
-页面：PARTS 里的各部分，现在是 notebooks/*.ipynb（按讲义的顺序）和练习的学生版 release/exercises/*.ipynb（不含
-source/、solutions/），各有一个目录页；再加一部分 Markdown 写的页面（比如 docs/*.md）只要在 PARTS 里加一个 Part。
+页面：PARTS 里的各部分：notebooks/*.ipynb（按讲义的顺序）、练习的学生版 release/exercises/*.ipynb（不含
+source/、solutions/）和 Markdown 写的“教师与助教”（docs/*.md 加上 CONTRIBUTING.md），各有一个目录页。Markdown 页面里
+指向仓库文件（不是网站页面）的相对链接换成 GitHub 上同一个文件的地址（pyproject.toml 的 [tool.course]），指向不存在的
+文件时构建失败。
 notebook 每页标题下是收起的一行“运行这一页”（点开：下载仓库里的原文件、在 Colab 里打开、在自己的电脑或 JupyterHub 上打开），
 手机上第一屏就是正文。页面里用相对路径引用的图片（Colab 徽章 assets/colab-badge.svg 等）复制到网站里。
 """
@@ -39,7 +41,7 @@ ORIGINALS = "originals"  # 下载用的原文件（网站那一份多了标题�
 CSS = """
 .bd-article code, .bd-article .admonition { overflow-wrap: anywhere; }
 .bd-article .admonition code.literal, .bd-article .admonition code.literal span.pre,
-details.run-this-page code.literal, details.run-this-page code.literal span.pre {
+.bd-article details code.literal, .bd-article details code.literal span.pre {
   white-space: normal; word-break: break-all; }
 mjx-container[display="true"], .bd-article mjx-container { max-width: 100%; overflow-x: auto; overflow-y: hidden; }
 .bd-article table td:first-child, .bd-article table th:first-child { white-space: nowrap; position: sticky; left: 0;
@@ -48,6 +50,12 @@ mjx-container[display="true"], .bd-article mjx-container { max-width: 100%; over
 details.evidence table td:first-child, details.evidence table th:first-child { white-space: normal; position: static;
   min-width: 12em; }
 details.evidence > summary { cursor: pointer; }
+/* 指南（Markdown 页面，带 guide-page 标记）：表的每一格都是一句话，第一列也换行、不粘在左边；每列至少 8 个字宽，
+   手机上整张表在自己的框里横向滚动，而不是挤成一两个字一行 */
+.bd-article:has(.guide-page) table td, .bd-article:has(.guide-page) table th { white-space: normal; position: static;
+  min-width: 8em; }
+/* 指南里长的路径（release/exercises/05_….ipynb）在行尾换行，不伸出手机屏幕（Sphinx 给 span.pre 的是 nowrap） */
+.bd-article:has(.guide-page) code.literal span.pre { white-space: normal; }
 /* 手机和平板（主题在 960 像素以下把导航收进侧栏）：标题栏里站点标题可以缩、换行，搜索和“本页小节”按钮总在屏幕上。
    主题让标题不缩（flex-shrink: 0），中文标题在 390 像素宽时把右边两个按钮挤出屏幕 */
 @media (max-width: 959.98px) {
@@ -149,7 +157,7 @@ def copy_relative_images(text: str, src: Path, dst: Path, root: Path | None = No
     return copied
 
 
-def _prepare_notebook(src: Path, build: Path, rel: Path, title_suffix: str = "") -> str:
+def _prepare_notebook(src: Path, build: Path, rel: Path, title_suffix: str = "", pages: frozenset = frozenset()) -> str:
     """把一个 notebook 复制成网站的一页：标题（加 title_suffix）单独一格，下面紧跟收起的“运行这一页”；用相对路径
     引用的图片一起复制。原文件另存一份在 originals/，下载链接给的是它。
     返回标题。"""
@@ -171,10 +179,44 @@ def _prepare_notebook(src: Path, build: Path, rel: Path, title_suffix: str = "")
     return title
 
 
-def _prepare_markdown(src: Path, build: Path, rel: Path, title_suffix: str = "") -> str:
-    """把一个 Markdown 页面（比如以后的 docs/*.md）原样复制进网站，连同它用相对路径引用的图片。返回标题（第一行）。"""
-    text = src.read_text(encoding="utf-8")
+# 代码（``` 围起来的块、`行内代码`）原样跳过；其余的 [文字](目标)，不含图片 ![…](…)
+CODE_OR_LINK = re.compile(r"(```.*?```|`[^`\n]*`)|(?<!!)(\[[^\]\n]*\]\()\s*<?([^)\s>]+)>?\s*\)", re.DOTALL)
+
+
+def site_links(text: str, src: Path, pages: set[Path], root: Path | None = None) -> str:
+    """Markdown 页面 src 里的相对链接：指向网站里的页面（pages，仓库里的路径）的照原样留着（页面在网站里的相对位置
+    和在仓库里相同，MyST 把它们解析成页面之间的链接，#标题 也行）；指向仓库里别的文件或文件夹的，换成 GitHub 上同一个
+    文件的地址；指向不存在的文件时构建失败，说出是哪一页的哪个链接（网站上不留坏链接）。"""
+    root = (root or ROOT).resolve()
+    course = _course()
+    repo, ref = course["repository"].rstrip("/").removesuffix(".git"), course["ref"]
+
+    def fix(match: re.Match) -> str:
+        if match.group(1):
+            return match.group(1)
+        opening, target = match.group(2), match.group(3)
+        if re.match(r"[A-Za-z][A-Za-z0-9+.-]*:", target) or target.startswith(("#", "/")):
+            return match.group(0)
+        path, _, anchor = target.partition("#")
+        resolved = (src.parent / unquote(path)).resolve()
+        if not resolved.is_relative_to(root) or not resolved.exists():
+            raise SystemExit(f"{src.relative_to(root) if src.is_relative_to(root) else src} 的链接 {target} "
+                             f"指向不存在的文件（{resolved}）：网站上会是一个坏链接")
+        if resolved in pages:
+            return match.group(0)
+        kind = "tree" if resolved.is_dir() else "blob"
+        url = f"{repo}/{kind}/{ref}/{resolved.relative_to(root).as_posix()}" + (f"#{anchor}" if anchor else "")
+        return f"{opening}{url})"
+
+    return CODE_OR_LINK.sub(fix, text)
+
+
+def _prepare_markdown(src: Path, build: Path, rel: Path, title_suffix: str = "", pages: frozenset = frozenset()) -> str:
+    """把一个 Markdown 页面（docs/*.md、CONTRIBUTING.md）复制进网站，连同它用相对路径引用的图片；链接见 site_links。
+    返回标题（第一行）。"""
+    text = site_links(src.read_text(encoding="utf-8"), src, set(pages))
     copy_relative_images(text, src, build / rel)
+    text += '\n\n<span class="guide-page"></span>\n'  # 网站的样式认它（见 CSS）
     (build / rel).parent.mkdir(parents=True, exist_ok=True)
     (build / rel).write_text(text, encoding="utf-8")
     return text.partition("\n")[0].lstrip("# ").strip() + title_suffix
@@ -182,12 +224,25 @@ def _prepare_markdown(src: Path, build: Path, rel: Path, title_suffix: str = "")
 
 @dataclass(frozen=True)
 class Part:
-    """网站的一部分：仓库里的一个文件夹（folder，相对于仓库根目录）里按文件名排好的页面，和一个目录页。"""
+    """网站的一部分：仓库里的一个文件夹（folder，相对于仓库根目录）里的页面，和一个目录页。页面按文件名排序；
+    order 里列出的（文件名，不带后缀）排在最前面、按列出的顺序；extra 是文件夹之外的页面（仓库里的路径，排在最后，
+    在网站里的位置和在仓库里相同）。"""
     folder: str
     heading: str
     intro: str
     pattern: str = "*.ipynb"     # "*.md"：Markdown 页面
     title_suffix: str = ""
+    order: tuple[str, ...] = ()
+    extra: tuple[str, ...] = ()
+
+    def pages(self, root: Path = ROOT) -> list[Path]:
+        rank = {stem: i for i, stem in enumerate(self.order)}
+        found = sorted((root / self.folder).glob(self.pattern), key=lambda p: (rank.get(p.stem, len(rank)), p.name))
+        return found + [root / e for e in self.extra]
+
+    def toctree_names(self, root: Path = ROOT) -> list[str]:
+        """目录页（folder/index.md）里每一页的名字：相对于 folder、不带后缀。"""
+        return [Path(os.path.relpath(p.with_suffix(""), root / self.folder)).as_posix() for p in self.pages(root)]
 
 
 PARTS = [
@@ -195,6 +250,11 @@ PARTS = [
                                  "训练的结论写成在 10 个种子上检查过的表。"),
     Part("release/exercises", "练习（学生版）", "讲义 §15 的练习 1–11，学生版，不含答案。在 JupyterLab、JupyterHub 或 "
          "Colab 里作答，每道题下面的测试单元格检查格式，评分时还有隐藏的检查。", title_suffix="（讲义 §15）"),
+    Part("docs", "教师与助教", "给讲课的老师、助教和维护者：讲义和课程在哪里不一样、怎样评分和导出成绩、怎样在 JupyterHub "
+         "上开课、怎样发布这个网站、改了代码之后运行什么。学生用不到这一部分。", pattern="*.md",
+         order=("lecture_differences", "ta_guide", "lms", "class_report", "jupyterhub", "site", "faq", "maintainer",
+                "sweep_tables"),
+         extra=("CONTRIBUTING.md",)),
 ]
 PREPARE = {".ipynb": _prepare_notebook, ".md": _prepare_markdown}
 
@@ -210,6 +270,7 @@ nb_output_stderr = "remove"
 nb_code_prompt_show = "显示代码"    # 收起的代码（标签 hide-input）的开关，默认是英文 "Show code cell source"；收起输出请用 lib.viz.details
 nb_code_prompt_hide = "收起代码"
 myst_enable_extensions = ["dollarmath", "amsmath", "colon_fence", "html_image"]  # html_image：<img> 的图片也复制进网站
+myst_heading_anchors = 4           # 链接里的 #标题（GitHub 的写法）：指南之间、指南到页面的某一节
 # PyData 主题本身：sphinx-book-theme 1.4 和它固定的 pydata-sphinx-theme 0.20 放在一起时，手机上的目录按钮没有反应
 # （pydata-sphinx-theme#2451、sphinx-book-theme#988）；单用 PyData 主题时按钮正常，桌面上也能收起侧栏（投影时有用）
 html_theme = "pydata_sphinx_theme"
@@ -235,7 +296,8 @@ suppress_warnings = ["mystnb.unknown_mime_type", "myst.header", "misc.highlighti
 
 
 EXTRA_TERMS = ("正弦编码", "注意力", "多头", "残差", "掩码", "预热", "词嵌入", "主动词", "修饰语", "迷你 GPT", "相对位置",
-               "绝对位置", "练习", "参数量", "计算量", "反向传播", "梯度")
+               "绝对位置", "练习", "参数量", "计算量", "反向传播", "梯度",
+               "评分", "成绩", "助教", "沙箱", "名单", "迟交", "隔离区", "班级报告", "交换服务")  # 后一行：教师与助教的指南
 
 
 def search_terms() -> list[str]:
@@ -297,19 +359,18 @@ def prepare(build: Path = BUILD, parts: list[Part] = PARTS) -> list[str]:
     (build / "search_terms.txt").write_text("".join(f"{t.replace(' ', '')} 100000\n" for t in search_terms()),
                                             encoding="utf-8")
     titles = []
+    pages = frozenset(p.resolve() for part in parts for p in part.pages())
     for part in parts:
-        names = []
-        for src in sorted((ROOT / part.folder).glob(part.pattern)):
+        for src in part.pages():
             rel = src.relative_to(ROOT)
-            titles.append(PREPARE[src.suffix](src, build, rel, part.title_suffix))
-            names.append(src.stem)
+            titles.append(PREPARE[src.suffix](src, build, rel, part.title_suffix, pages=pages))
         (build / part.folder / "index.md").write_text("\n".join(
-            [f"# {part.heading}", "", part.intro, "", "```{toctree}", ":maxdepth: 1", "", *names, "```", ""]),
-            encoding="utf-8")
+            [f"# {part.heading}", "", part.intro, "", "```{toctree}", ":maxdepth: 1", "", *part.toctree_names(), "```",
+             ""]), encoding="utf-8")
     index = ["# 第 7 讲：自注意力与 Transformer", "",
              "CS224N 风格第 7 讲《自注意力与 Transformer》的配套课程：讲义第 1–12 节各一页，每页的演示都在页面上算出来，"
              "结论写成检查过的表；练习在后面（学生版，不含答案）。这里显示的是课程仓库里存下的输出：要自己运行，"
-             "每页标题下的“运行这一页”写了怎样下载、在 Colab 或自己的电脑上打开。", "",
+             "每页标题下的“运行这一页”写了怎样下载、在 Colab 或自己的电脑上打开。最后一部分是给老师和助教的指南。", "",
              "```{toctree}", ":maxdepth: 2", "", *[f"{part.folder}/index" for part in parts], "```", ""]
     (build / "index.md").write_text("\n".join(index), encoding="utf-8")
     return titles

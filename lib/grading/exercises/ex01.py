@@ -123,6 +123,9 @@ PROBES.update({
 })
 
 # ==== 检查：在干净的评分进程里运行 ====
+# 典型错误的说法和判断：和公开测试同一份（lib/public_tests/ex01.py），交之前和交之后说同一句话
+from lib.public_tests import ex01 as public  # noqa: E402
+
 # 练习 1 的手算答案（q、k、v 见讲义 §15 练习 1）
 EX1_Q = np.array([[1.0, 0.0], [0.0, 1.0]])
 EX1_K = np.array([[1.0, 1.0], [1.0, -1.0]])
@@ -132,40 +135,55 @@ EX1_OUTPUTS, EX1_WEIGHTS = attention(EX1_Q, EX1_K, EX1_V)
 HAND_TOL = fmt.TOLERANCES["hand"]["atol"]  # 手算答案保留两三位小数即可
 
 
-def _hand_value(name, expected, hint, typical=(), upstream=None):
-    """手算的数值（变量）：和答案相差不超过 HAND_TOL。typical：[(常见的错误答案, 原因)]，用来说出原因。
-    upstream(data, got)：按学生自己上游的答案说原因（例如输出 = 你的权重 × V），返回 None 表示说不出。"""
+def _hand_value(name, expected, explain):
+    """手算的数值（变量）：和答案相差不超过 HAND_TOL。explain(data, got)：答错时的原因（一句话）。"""
 
     @_checked
     def verify(data, seed):
         got = fmt.read_array(_field(data, "value"), name, expected.shape, returned=False)
         if not _close(got, expected, "hand"):
-            why = next((w for value, w in typical if _close(got, value, "hand")), None)
-            why = why or (upstream(data, got) if upstream else None) or hint
-            raise Wrong(f"{name} 不对：得到 {_fmt(got)}。{why}")
+            raise Wrong(f"{name} 不对：得到 {_fmt(got)}。{explain(data, got)}")
         return 1.0, OK
 
     verify.__name__ = f"verify_{name}"
     return verify
 
 
-def _outputs_upstream(data, got):
-    """outputs_1 等于学生自己的 weights_1 × V：这一步算对了，错在上游的权重（说出权重错在哪）。"""
+def _said(key, default: str) -> str:
+    """公开测试的那句话（加句号）；看不出是哪种典型错误时用 default。"""
+    return f"{public.MISTAKES[key]}。" if key else default
+
+
+def _explain_scores(data, got):
+    return _said(public.scores_mistake(got), "打分是 q_i·k_j 除以 √d_k = √2。")
+
+
+def _explain_weights(data, got):
+    return _said(public.weights_mistake(got), "每一行做 softmax，每行之和为 1。")
+
+
+def _explain_outputs(data, got):
+    """先看输出是不是学生自己的 weights_1 × V（这一步对，错在上游的权重：说出权重错在哪），
+    再看和自己的权重比是不是转置了、不等于权重 × V；没有可用的权重时和正确的输出比。"""
     try:
         w = fmt.read_array(data.get("weights"), "weights_1", EX1_WEIGHTS.shape, returned=False)
-    except Exception:  # noqa: BLE001  没填、格式不对或记录的数据古怪：说不出上游的原因，用通用的说明
-        return None
-    if not _close(got, w @ EX1_V, "hand") or _close(w, EX1_WEIGHTS, "hand"):
-        return None
-    if _close(w, softmax(EX1_Q @ EX1_K.T), "hand"):
-        cause = "错在打分没有除以 √2"
-    elif _close(w, softmax(EX1_Q @ EX1_K.T * math.sqrt(2)), "hand"):
-        cause = "错在打分乘了 √2，应该除以 √2"
-    elif _close(w, softmax(EX1_SCORES, axis=0), "hand"):
-        cause = "错在 softmax 按列做了，应按行做"
-    else:
-        cause = "错在上游的 weights_1（见 weights_1 的说明）"
-    return f"和你的 weights_1 一致；{cause}（输出 = 权重 × V 这一步是对的）。"
+    except Exception:  # noqa: BLE001  没填、格式不对或记录的数据古怪：和正确的输出比
+        w = None
+    if w is None:
+        return _said("transposed" if _close(got, EX1_OUTPUTS.T, "hand") else None, "第 i 行是 o_i = Σ_j α_ij v_j。")
+    if _close(w, EX1_WEIGHTS, "hand"):
+        return _said(public.outputs_mistake(got, w), "第 i 行是 o_i = Σ_j α_ij v_j。")
+    if _close(got, w @ EX1_V, "hand"):
+        if _close(w, softmax(EX1_Q @ EX1_K.T), "hand"):
+            cause = "错在打分没有除以 √2"
+        elif _close(w, softmax(EX1_Q @ EX1_K.T * math.sqrt(2)), "hand"):
+            cause = "错在打分乘了 √2，应该除以 √2"
+        elif _close(w, softmax(EX1_SCORES, axis=0), "hand"):
+            cause = "错在 softmax 按列做了，应按行做"
+        else:
+            cause = "错在上游的 weights_1（见 weights_1 的说明）"
+        return f"和你的 weights_1 一致；{cause}（输出 = 权重 × V 这一步是对的）。"
+    return _said(public.outputs_mistake(got, w), "第 i 行是 o_i = Σ_j α_ij v_j。")
 
 
 SELF_ATTENTION_LABELS = {"2d": "二维输入、无掩码", "2d_mask": "二维输入 + 因果掩码", "batch": "有批维度、无掩码",
@@ -178,11 +196,13 @@ def _attention_hint(w, spec) -> str:
     d_k = Q.shape[-1]
     same = lambda other: _close(w, other)  # noqa: E731
     if same(attention(Q * math.sqrt(d_k), K, V, mask)[1]):
-        return "看起来打分没有除以 √d_k。"
+        return f"{public.MISTAKES['sa_unscaled']}。"
     if same(attention(Q * d_k, K, V, mask)[1]):
-        return "看起来打分乘了 √d_k，应该除以 √d_k。"
+        return f"{public.MISTAKES['sa_times_sqrt']}。"
+    if same(attention(Q / math.sqrt(d_k), K, V, mask)[1]):
+        return f"{public.MISTAKES['sa_over_d']}。"
     if mask is not None and same(attention(Q, K, V)[1]):
-        return "看起来掩码没有起作用：mask 为 False 的位置权重应为 0（softmax 之前填 −∞）。"
+        return f"{public.MISTAKES['mask_ignored']}。"
     if mask is not None and same(attention(Q, K, V, ~np.asarray(mask))[1]):
         return "看起来掩码用反了：mask 里 True 表示“可以看”。"
     if mask is not None and np.ndim(mask) >= 2 and same(attention(Q, K, V, np.swapaxes(np.asarray(mask), -1, -2))[1]):
@@ -216,7 +236,7 @@ def same_shape_try(make, w) -> bool:
 def _check_attention_case(spec, res, label):
     out_ref, w_ref = attention(spec["Q"], spec["K"], spec["V"], spec["mask"])
     out_d, w_d = fmt.read_pair(res, f"{label}：self_attention")
-    nan_hint = ("某一行的位置全被挡住了？mask 里 True 表示“可以看”，是不是用反了？" if spec["mask"] is not None
+    nan_hint = (public.MISTAKES["mask_nan"] if spec["mask"] is not None
                 else "exp 溢出了？softmax 之前先减去每行的最大值")
     w = fmt.read_array(w_d, f"{label}：权重", w_ref.shape, nan_hint=nan_hint)
     out = fmt.read_array(out_d, f"{label}：输出", out_ref.shape, nan_hint=nan_hint)
@@ -322,16 +342,9 @@ def _verify_query(kind):
 
 NOTEBOOK = "01_attention_by_hand"
 CHECKS = [
-    Check("ex1_scores", NOTEBOOK, 2, _hand_value(
-        "scores_1", EX1_SCORES, "打分是 q_i·k_j 除以 √d_k = √2。",
-        [(EX1_Q @ EX1_K.T, "没有除以 √d_k = √2。"), (EX1_Q @ EX1_K.T * math.sqrt(2), "乘了 √2，应该除以 √2。")])),
-    Check("ex1_weights", NOTEBOOK, 2, _hand_value(
-        "weights_1", EX1_WEIGHTS, "每一行做 softmax，每行之和为 1。",
-        [(softmax(EX1_Q @ EX1_K.T), "用的是没有缩放的打分：先除以 √2 再做 softmax。"),
-         (softmax(EX1_SCORES, axis=0), "softmax 应该按行做（每一行之和为 1），不是按列。")])),
-    Check("ex1_outputs", NOTEBOOK, 2, _hand_value(
-        "outputs_1", EX1_OUTPUTS, "第 i 行是 o_i = Σ_j α_ij v_j。",
-        [(EX1_OUTPUTS.T, "看起来转置了：第 i 行应是第 i 个词的输出 o_i = Σ_j α_ij v_j。")], _outputs_upstream)),
+    Check("ex1_scores", NOTEBOOK, 2, _hand_value("scores_1", EX1_SCORES, _explain_scores)),
+    Check("ex1_weights", NOTEBOOK, 2, _hand_value("weights_1", EX1_WEIGHTS, _explain_weights)),
+    Check("ex1_outputs", NOTEBOOK, 2, _hand_value("outputs_1", EX1_OUTPUTS, _explain_outputs)),
     Check("ex1_self_attention", NOTEBOOK, 8, verify_ex1_self_attention),
     Check("ex4_copy_query", NOTEBOOK, 3, _verify_query("copy")),
     Check("ex4_average_query", NOTEBOOK, 3, _verify_query("average")),

@@ -1,4 +1,4 @@
-"""02_scaling_and_equivariance.ipynb：练习 2（缩放、蒙特卡洛）和练习 3（置换等变）的探针和检查，写在同一个文件里。
+"""02_scaling_and_equivariance.ipynb：练习 2（缩放、蒙特卡罗）和练习 3（置换等变）的探针和检查，写在同一个文件里。
 
 约定（见 lib/grading/exercises/__init__.py 和 CONTRIBUTING.md 的“怎样加一道练习”）：
 “探针”一段送进学生的内核运行（只用标准库、numpy、torch 和 lib.answer_format，工具来自 lib/grading/probes.py），
@@ -96,6 +96,9 @@ PROBES.update({
 })
 
 # ==== 检查：在干净的评分进程里运行 ====
+# 典型错误的说法：和公开测试同一份（lib/public_tests/ex02.py）
+from lib.public_tests.ex02 import MISTAKES  # noqa: E402
+
 def self_attention_proj(X, W_q, W_k, W_v, causal=False):
     n = X.shape[0]
     mask = np.tril(np.ones((n, n), dtype=bool)) if causal else None
@@ -133,7 +136,7 @@ def verify_ex2_monte_carlo(data, seed):
         what = f"monte_carlo_variance({d_k}, {sigma}, {n}, seed={s})"
         values.append((what, d_k * sigma**4, fmt.read_number(_result(case, what), what)))
     if any(math.isclose(got, theory, rel_tol=1e-12) for _, theory, got in values):
-        raise Wrong("结果恰好等于公式 d_k·σ⁴：这道题要的是真的抽随机数做实验，返回样本方差。")
+        raise Wrong(f"{MISTAKES['formula']}。")
 
     def accurate():
         for what, theory, got in values:
@@ -143,7 +146,7 @@ def verify_ex2_monte_carlo(data, seed):
 
     def uses_seed():
         if values[0][2] == values[1][2]:
-            raise Wrong("同样的 d_k、σ 换一个 seed，结果一模一样：要用参数 seed 建随机数生成器 np.random.default_rng(seed)。")
+            raise Wrong(f"同样的 d_k、σ {MISTAKES['seed']}。")
 
     return _score([_part("结果接近 d_kσ⁴", 1, accurate), _part("用了参数 seed", 1, uses_seed)])
 
@@ -195,7 +198,7 @@ def verify_ex3_equivariance(data, seed):
                 inverse = np.argsort(spec["perm"])
                 diff_inv = sa(spec["X"][inverse]) - sa(spec["X"])[inverse]
                 if zero(value, spec):
-                    hint = "加因果掩码后等变性不成立，差不是 0：causal 传给 sa_numpy 了吗？"
+                    hint = f"{MISTAKES['no_causal']}。"
                 elif _close(value, float(np.mean(np.abs(diff)))):
                     hint = "这是平均值：要的是最大的差 max|SA(PX) − P·SA(X)|。"
                 elif _close(value, float(np.max(np.abs(diff_inv)))):
@@ -211,12 +214,12 @@ NOTEBOOK = "02_scaling_and_equivariance"
 CHECKS = [
     Check("ex2_variance", NOTEBOOK, 2, _verify_formula(
         "score_variance", lambda d, s: d * s**4,
-        [(lambda d, s: d * s**2, "这是 d_k·σ²：每一项 q_j k_j 的方差是 E[q_j²]E[k_j²] = σ⁴。")])),
+        [(lambda d, s: d * s**2, f"{MISTAKES['sigma_squared']}：每一项 q_j k_j 的方差是 E[q_j²]E[k_j²] = σ⁴。")])),
     Check("ex2_divisor", NOTEBOOK, 2, _verify_formula(
         "score_divisor", lambda d, s: s**2 * math.sqrt(d),
-        [(lambda d, s: math.sqrt(d), "忘了 σ：要除以打分的标准差 √(d_k σ⁴) = σ²√d_k。"),
+        [(lambda d, s: math.sqrt(d), f"{MISTAKES['forgot_sigma']}：要除以打分的标准差 √(d_k σ⁴) = σ²√d_k。"),
          (lambda d, s: s * math.sqrt(d), "是 σ²√d_k，不是 σ√d_k（方差是 d_kσ⁴）。"),
-         (lambda d, s: d * s**4, "这是方差：要除以标准差（方差的平方根）。")])),
+         (lambda d, s: d * s**4, f"{MISTAKES['variance_not_std']}。")])),
     Check("ex2_monte_carlo", NOTEBOOK, 2, verify_ex2_monte_carlo),
     Check("ex3_equivariance", NOTEBOOK, 5, verify_ex3_equivariance),
 ]

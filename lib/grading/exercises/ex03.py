@@ -91,6 +91,9 @@ PROBES.update({
 })
 
 # ==== 检查：在干净的评分进程里运行 ====
+# 典型错误的说法：和公开测试同一份（lib/public_tests/ex03.py）
+from lib.public_tests.ex03 import MISTAKES  # noqa: E402
+
 def rotate_2d(x, angle):
     c, s = math.cos(angle), math.sin(angle)
     return np.array([[c, -s], [s, c]]) @ np.asarray(x, float)
@@ -122,9 +125,9 @@ EX5 = {
 
 
 EX5_HINTS = {
-    "q_tilde_a": [(rotate_2d([1.0, 0.0], -math.pi / 3), "转反了方向：R(φ) 是逆时针旋转。"),
-                  (rotate_2d([1.0, 0.0], math.pi / 6), "位置 m = 2 要转 mθ = π/3。")],
-    "k_tilde_a": [(rotate_2d([1.0, 0.0], -math.pi / 6), "转反了方向：R(φ) 是逆时针旋转。")],
+    "q_tilde_a": [(rotate_2d([1.0, 0.0], -math.pi / 3), f"{MISTAKES['clockwise']}。"),
+                  (rotate_2d([1.0, 0.0], math.pi / 6), f"{MISTAKES['same_angle']} = π/3。")],
+    "k_tilde_a": [(rotate_2d([1.0, 0.0], -math.pi / 6), f"{MISTAKES['clockwise']}。")],
     "dot_c": [(-math.cos(math.pi / 6), "点积是 cos((m − n)θ)，cos 是偶函数：cos(−π/6) = cos(π/6)。")],
 }
 
@@ -160,7 +163,7 @@ def verify_ex5_rotate_2d(data, seed):
         got = fmt.read_array(_result(case, what), what, (2,))
         want = rotate_2d(x, angle)
         if not _close(got, want):
-            hint = "（转反了方向？）" if _close(got, rotate_2d(x, -angle)) else ""
+            hint = f"（{MISTAKES['clockwise']}）" if _close(got, rotate_2d(x, -angle)) else ""
             raise Wrong(f"{what}：{_vs(got, want)}{hint}。")
     return 1.0, OK
 

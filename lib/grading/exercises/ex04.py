@@ -84,6 +84,9 @@ PROBES.update({
 })
 
 # ==== 检查：在干净的评分进程里运行 ====
+# 典型错误的说法：和公开测试同一份（lib/public_tests/ex04.py）
+from lib.public_tests.ex04 import MISTAKES  # noqa: E402
+
 def count_params(V, d, n_layers, max_len, tied, positions):
     """§7.5：词嵌入 Vd + 位置表（只有 learned）+ N(12d² + 13d) + 最后的 LN 2d（+ 不共享时输出层 Vd）。
 
@@ -188,8 +191,8 @@ def verify_ex7_share(data, seed):
             got = fmt.read_number(_result(case, what), what)
             want = n / (n + 6 * d)
             if not _close(got, want, "share"):
-                hint = "（这是比值 n/6d，不是占比。）" if _close(got, n / (6 * d)) else ""
-                raise Wrong(f"{what}：{_vs(got, want, 'share')}{hint}。占比是 0 到 1 之间的小数（误差不超过 0.005）。")
+                hint = f"（{MISTAKES['ratio_not_share']}。）" if _close(got, n / (6 * d)) else ""
+                raise Wrong(f"{what}：{_vs(got, want, 'share')}{hint}。{MISTAKES['percent']}（误差不超过 0.005）。")
 
     return _score([_part("attention_share(n, d)", 1.5, function),
                    _part("share_128k（d = 4096、n = 131072 时的占比）", 0.5, lambda: _lecture_value(

@@ -174,6 +174,9 @@ PROBES.update({
 })
 
 # ==== 检查：在干净的评分进程里运行 ====
+# 典型错误的说法：和公开测试同一份（lib/public_tests/ex05.py）
+from lib.public_tests.ex05 import MISTAKES  # noqa: E402
+
 def layer_norm(x, eps=1e-5):
     """lib.transformer.layer_norm 的 NumPy 版（不含 γ、β；eps 和 lib 的相同，tests/test_exercises.py 核对，make artifact 不改它）。"""
     x = np.asarray(x, float)
@@ -247,7 +250,7 @@ def verify_ex8_pad_mask(data, seed):
                 rows = np.broadcast_to(m, (B, 1, T, T))[b, 0]
                 hint = ""
                 if np.array_equal(rows, np.broadcast_to(pad[b][:, None], (T, T))):
-                    hint = "这个掩码挡住的是行（查询），应该挡列（键）：pad_mask[:, None, None, :]。"
+                    hint = f"{MISTAKES['pad_rows']}：pad_mask[:, None, None, :]。"
                 elif np.array_equal(rows, np.broadcast_to(~pad[b][None, :], (T, T))):
                     hint = "这个掩码用反了：True 表示“可以看”，真实词元才是 True。"
                 raise Wrong(f"第 {i} 批第 {b} 句（{L} 个真实词、{T - L} 个填充）：真实词的编码器输出和不填充时不同，"
@@ -269,9 +272,9 @@ def hint_with_cache(n: int, m: int, got: int) -> str:
     if m > 1 and got == m * n + m * (m - 1) // 2:
         return "这是不用缓存时的数（每一步重新送进整个序列）：用了缓存，之前位置的 K、V 已经存着，每一步只送进最新的一个词。"
     if m > 1 and got in (m * n + m, m * n + m - 1):
-        return "看起来每一步都把提示的 n 个位置重新送进了模型：用了缓存，提示只送进模型一次，之后每一步只送进最新的一个词。"
+        return f"看起来每一步都把提示的 n 个位置重新送进了模型：{MISTAKES['prompt_once']}。"
     if m > 1 and got == m * n:
-        return "看起来每一步都送进了 n 个位置：用了缓存，提示只送进模型一次，之后每一步只送进最新的一个词。"
+        return f"看起来每一步都送进了 n 个位置：{MISTAKES['prompt_once']}。"
     if got in (m, m - 1):
         return "只数了新词，忘了提示：提示的 n 个位置也要送进模型一次（它们的 K、V 要先算出来放进缓存）。"
     if got == n:
