@@ -1,6 +1,6 @@
 """按 CONTRIBUTING.md 的“怎样加一道练习”加一道小练习，再用助教的命令给它评分（issue 20 §7）。
 
-练习模块的代码就是 CONTRIBUTING.md 里的那一段（原样取出来写进 lib/grading/exercises/ex07.py），
+练习模块的代码就是 CONTRIBUTING.md 里的那一段（原样取出来写进 lib/grading/exercises/nb07_ex12.py：notebook 07 = 练习 12），
 所以文档和引擎不会各说各的。引擎的文件一个也不改：exercise_checks.py、probes.py、pipeline.py 不知道任何一道题。
 """
 from __future__ import annotations
@@ -68,7 +68,7 @@ def test_an_exercise_added_as_contributing_says_is_graded(tmp_path):
     engine = {p.name: p.read_bytes() for p in (REPO / "lib" / "grading").glob("*.py")}
     (course / "source" / "exercises" / "07_double.ipynb").write_text(json.dumps(double_notebook(), ensure_ascii=False),
                                                                      encoding="utf-8")
-    (course / "lib" / "grading" / "exercises" / "ex07.py").write_text(contributing_module(), encoding="utf-8")
+    (course / "lib" / "grading" / "exercises" / "nb07_ex12.py").write_text(contributing_module(), encoding="utf-8")
     env = dict(os.environ, PYTHONPATH=str(course), OMP_NUM_THREADS="1",
                PATH=str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""))
     run = lambda *cmd: subprocess.run([sys.executable, *cmd], cwd=course, env=env, capture_output=True,  # noqa: E731

@@ -27,7 +27,10 @@ import pytest
 
 from lib.grading import exercise_checks as ec
 from lib.grading import probes
-from lib.grading.exercises import ex01, ex03, ex04, ex05  # noqa: F401  每个练习 notebook 的探针和检查
+from lib.grading.exercises import nb01_ex1_ex4 as nb01  # noqa: F401  每个练习 notebook 的探针和检查（notebook 01 = 练习 1、4）
+from lib.grading.exercises import nb03_ex5 as nb03  # notebook 03 = 练习 5
+from lib.grading.exercises import nb04_ex6_ex7 as nb04  # notebook 04 = 练习 6、7
+from lib.grading.exercises import nb05_ex8_ex11 as nb05  # notebook 05 = 练习 8、11
 
 ROOT = Path(__file__).resolve().parents[1]
 ASSIGNMENT = "exercises"
@@ -309,6 +312,30 @@ def generate_cached(model, prompt, max_new_tokens):
 }
 
 
+def test_one_numbering_module_names_carry_the_notebook_and_the_lecture_exercises():
+    """nb03_ex5.py 是 notebook 03 = 练习 5（grade_id ex5_*）：模块名、NOTEBOOK、EXERCISES 和每个 grade_id 说同一组编号，
+    公开测试（lib/public_tests/）的模块同名、测同样的 grade_id。名字不对时 collect_checks 说该改成什么。"""
+    import importlib
+    import types
+
+    from lib.grading import exercises
+
+    names = exercises.module_names()
+    assert names == sorted(p.stem for p in (ROOT / "lib" / "public_tests").glob("nb*.py"))
+    for name in names:
+        module = importlib.import_module(f"lib.grading.exercises.{name}")
+        assert name == exercises.module_name(module.NOTEBOOK, module.EXERCISES)
+        public = importlib.import_module(f"lib.public_tests.{name}")
+        assert set(public.TESTS) == {c.grade_id for c in module.CHECKS}, name
+    rope = types.SimpleNamespace(NOTEBOOK="03_positions_and_rope", EXERCISES=(5,),
+                                 CHECKS=[ec.Check("ex5_rope", "03_positions_and_rope", 6, None)])
+    with pytest.raises(ValueError, match="改名为 nb03_ex5.py"):
+        exercises._check_numbering("ex03", rope)
+    rope.CHECKS.append(ec.Check("ex6_rope", "03_positions_and_rope", 6, None))
+    with pytest.raises(ValueError, match="ex6_rope 不是练习 5 的"):
+        exercises._check_numbering("nb03_ex5", rope)
+
+
 def test_every_check_has_typical_wrong_answers():
     missing = sorted(set(ec.CHECKS) - set(WRONG))
     assert not missing, (f"tests/test_exercises.py 的 WRONG 里还没有这些检查的典型错误答案"
@@ -426,7 +453,7 @@ def test_missing_or_crashing_answers_score_zero(grade_id):
                                         "rotate_2d", "rope", "count_params", "crossover_length",
                                         "attention_share", "key_padding_mask", "positions_without_cache",
                                         "positions_with_cache", "generate_cached"]}
-    crashing.update({name: None for name in ["scores_1", "weights_1", "outputs_1", *ex03.EX5_NAMES]})
+    crashing.update({name: None for name in ["scores_1", "weights_1", "outputs_1", *nb03.EX5_NAMES]})
     fraction, message = ec.grade(grade_id, crashing, 0)
     assert fraction == 0.0 and message
 
@@ -498,14 +525,14 @@ def test_tiny_lm_matches_lib_generate_interface():
 
     from lib.transformer import generate
 
-    model = ex05.TinyLM(5)
+    model = nb05.TinyLM(5)
     prompt = torch.tensor([[1, 2, 3], [4, 5, 6]])
     uncached = generate(model, prompt, 6, use_cache=False, greedy=True)
     model.calls.clear()
     cached = generate(model, prompt, 6, use_cache=True, greedy=True)
     assert torch.equal(cached, uncached)
     assert sum(c["positions"] for c in model.calls) == 3 + 6 - 1
-    assert cached.tolist() == ex05.greedy_reference(5, prompt, 6)
+    assert cached.tolist() == nb05.greedy_reference(5, prompt, 6)
 
 
 def test_numpy_tiny_lm_matches_the_torch_one():
@@ -516,8 +543,8 @@ def test_numpy_tiny_lm_matches_the_torch_one():
     for seed in (0, 5, 2**31 - 2):
         idx = rng.integers(0, 13, size=(3, 9))
         with torch.no_grad():
-            want = ex05.TinyLM(seed)(torch.as_tensor(idx)).logits.numpy()
-        got = ex05.tiny_lm_logits(ex05.tiny_lm_weights(seed), idx)
+            want = nb05.TinyLM(seed)(torch.as_tensor(idx)).logits.numpy()
+        got = nb05.tiny_lm_logits(nb05.tiny_lm_weights(seed), idx)
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
 
 
@@ -527,12 +554,12 @@ def test_numpy_encoder_reference_sees_padding_only_through_the_mask():
     x = rng.normal(size=(1, 6, 8))
     x[0, 4:] = 50 * rng.normal(size=(2, 8))
     pad = np.arange(6) < 4
-    alone = ex05.encoder_outputs(x[:, :4], None, 7)[0]
-    keys = ex05.encoder_outputs(x, pad[None, None, None, :], 7)[0, :4]
-    rows = ex05.encoder_outputs(x, np.broadcast_to(pad[None, None, :, None], (1, 1, 6, 6)), 7)[0, :4]
+    alone = nb05.encoder_outputs(x[:, :4], None, 7)[0]
+    keys = nb05.encoder_outputs(x, pad[None, None, None, :], 7)[0, :4]
+    rows = nb05.encoder_outputs(x, np.broadcast_to(pad[None, None, :, None], (1, 1, 6, 6)), 7)[0, :4]
     np.testing.assert_allclose(keys, alone, rtol=1e-10, atol=1e-12)
-    assert not np.allclose(rows, alone) and not np.allclose(ex05.encoder_outputs(x, None, 7)[0, :4], alone)
-    assert np.isfinite(ex05.encoder_outputs(x, np.zeros((1, 1, 6, 6), bool), 7)).all()  # 整行被挡：权重为 0，不是 NaN
+    assert not np.allclose(rows, alone) and not np.allclose(nb05.encoder_outputs(x, None, 7)[0, :4], alone)
+    assert np.isfinite(nb05.encoder_outputs(x, np.zeros((1, 1, 6, 6), bool), 7)).all()  # 整行被挡：权重为 0，不是 NaN
 
 
 def test_judging_never_imports_torch(reference):
@@ -572,21 +599,21 @@ def test_numpy_references_agree_with_lib():
     assert np.allclose(out, out_t.numpy()) and np.allclose(w, w_t.numpy()), _copy_of(
         "lib/grading/exercise_checks.py 的 attention", "lib.transformer.scaled_dot_product_attention")
     x = rng.normal(size=(7, 8))
-    assert np.allclose(ex03.rope(x, np.arange(7)), apply_rope(torch.tensor(x)).numpy(), atol=1e-6), _copy_of(
-        "lib/grading/exercises/ex03.py 的 rope", "lib.transformer.apply_rope")
-    ours, lib_eps = (inspect.signature(f).parameters["eps"].default for f in (ex05.layer_norm, layer_norm))
-    assert ours == lib_eps, _copy_of(f"lib/grading/exercises/ex05.py 的 layer_norm（eps={ours}）",
+    assert np.allclose(nb03.rope(x, np.arange(7)), apply_rope(torch.tensor(x)).numpy(), atol=1e-6), _copy_of(
+        "lib/grading/exercises/nb03_ex5.py 的 rope", "lib.transformer.apply_rope")
+    ours, lib_eps = (inspect.signature(f).parameters["eps"].default for f in (nb05.layer_norm, layer_norm))
+    assert ours == lib_eps, _copy_of(f"lib/grading/exercises/nb05_ex8_ex11.py 的 layer_norm（eps={ours}）",
                                      f"lib.transformer.layer_norm（eps={lib_eps}）")
-    assert np.allclose(ex05.layer_norm(x), layer_norm(torch.tensor(x)).numpy()), _copy_of(
-        "lib/grading/exercises/ex05.py 的 layer_norm", "lib.transformer.layer_norm")
+    assert np.allclose(nb05.layer_norm(x), layer_norm(torch.tensor(x)).numpy()), _copy_of(
+        "lib/grading/exercises/nb05_ex8_ex11.py 的 layer_norm", "lib.transformer.layer_norm")
     from lib.transformer import lm_param_formula
 
-    for V, d, n_layers, max_len, tied, pos in ex04.inputs_param_count(11):
+    for V, d, n_layers, max_len, tied, pos in nb04.inputs_param_count(11):
         want = lm_param_formula(V, d, n_layers, max_len, pos, tied)
-        assert ex04.count_params(V, d, n_layers, max_len, tied, pos) == want, _copy_of(
-            "lib/grading/exercises/ex04.py 的 count_params", "lib.transformer.lm_param_formula")
-    assert ex04.count_params(*ex04.GPT2_SMALL) == 124_439_808
-    assert round(ex04.count_params(*ex04.LLAMA_LIKE) / 1e9, 1) == 6.7
+        assert nb04.count_params(V, d, n_layers, max_len, tied, pos) == want, _copy_of(
+            "lib/grading/exercises/nb04_ex6_ex7.py 的 count_params", "lib.transformer.lm_param_formula")
+    assert nb04.count_params(*nb04.GPT2_SMALL) == 124_439_808
+    assert round(nb04.count_params(*nb04.LLAMA_LIKE) / 1e9, 1) == 6.7
     assert math.isclose(131072 / (131072 + 6 * 4096), 0.842, abs_tol=5e-4)
 
 

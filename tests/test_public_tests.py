@@ -18,7 +18,12 @@ import pytest
 
 from lib import answer_format as fmt
 from lib.grading import exercise_checks as ec
-from lib.public_tests import PASSED, TESTS, ex01, ex02, ex03, ex04, ex05, public_test
+from lib.public_tests import PASSED, TESTS, public_test
+from lib.public_tests import nb01_ex1_ex4 as nb01  # notebook 01 = 练习 1、4（grade_id ex1_*、ex4_*）
+from lib.public_tests import nb02_ex2_ex3 as nb02
+from lib.public_tests import nb03_ex5 as nb03
+from lib.public_tests import nb04_ex6_ex7 as nb04
+from lib.public_tests import nb05_ex8_ex11 as nb05
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -111,7 +116,7 @@ def test_right_hand_answers_pass_the_public_test_and_get_full_marks(grade_id, la
 
 
 def _mistakes(grade_id):
-    return (ex01 if grade_id.startswith("ex1") else ex03).MISTAKES
+    return (nb01 if grade_id.startswith("ex1") else nb03).MISTAKES
 
 
 @pytest.mark.parametrize("grade_id,label,ns,key", WRONG, ids=[f"{g}-{lab}" for g, lab, _, _ in WRONG])
@@ -155,7 +160,7 @@ LECTURE = [
     ("ex7_share", "share_128k = 0.84", None),
     ("ex7_share", "share_128k = 0.842", None),
     ("ex7_share", "share_128k = np.float32(attention_share(131072, 4096))", None),
-    ("ex7_share", "share_128k = 84", ex04.MISTAKES["percent"]),
+    ("ex7_share", "share_128k = 84", nb04.MISTAKES["percent"]),
     ("ex7_share", "share_128k = 0.83", "和你的 attention_share(131072, 4096) = 0.8421 不一致"),
 ]
 
@@ -185,7 +190,7 @@ def self_attention(Q, K, V, mask=None):
 """
 
 
-M1, M2, M3, M4, M5 = ex01.MISTAKES, ex02.MISTAKES, ex03.MISTAKES, ex04.MISTAKES, ex05.MISTAKES
+M1, M2, M3, M4, M5 = nb01.MISTAKES, nb02.MISTAKES, nb03.MISTAKES, nb04.MISTAKES, nb05.MISTAKES
 FUNCTIONS = [  # (notebook, grade_id, 学生的答案, 公开测试里的一句话, 评分说明里的一句话)
     ("01_attention_by_hand", "ex1_self_attention", sa_src(scale=""), M1["sa_unscaled"], M1["sa_unscaled"]),
     ("01_attention_by_hand", "ex1_self_attention", sa_src(scale="* np.sqrt(Q.shape[-1])"),
@@ -331,11 +336,11 @@ def test_the_stored_outputs_of_the_release_notebook_show_the_chinese_message_onl
         return re.sub(r"\x1b\[[0-9;]*m", "", "\n".join(error.traceback))  # 去掉颜色（ANSI 转义）
 
     # 手算：一行中文，没有 lib/ 里的调用栈
-    assert traceback("ex1_scores") == f"✗ scores_1 {ex01.MISTAKES['unscaled']}。"
+    assert traceback("ex1_scores") == f"✗ scores_1 {nb01.MISTAKES['unscaled']}。"
     assert errors["ex1_scores"][0].ename == "CheckFailed"
     # 掩码用反了：以前先进入 lib/answer_format.py 的三层（array → read_array → _finite）
     text = traceback("ex1_self_attention")
-    assert ex01.MISTAKES["mask_nan"] in text and text.startswith("✗ ")
+    assert nb01.MISTAKES["mask_nan"] in text and text.startswith("✗ ")
     for internal in ("answer_format.py", "public_tests", "Traceback", "read_array"):
         assert internal not in text, text
     # 学生自己的 NameError：中文说明 + 学生的单元格里出错的那一行
@@ -345,7 +350,7 @@ def test_the_stored_outputs_of_the_release_notebook_show_the_chinese_message_onl
     # 没作答：一行
     assert traceback("ex4_average_query") == "✗ average_query(K, 0, 2)：还没有作答（仍是 raise NotImplementedError()）"
     # 权重本身是对的，但和（错的）打分不一致：说“至少有一个不对”
-    assert traceback("ex1_weights") == f"✗ weights_1 {ex01.MISTAKES['not_own_softmax']}。"
+    assert traceback("ex1_weights") == f"✗ weights_1 {nb01.MISTAKES['not_own_softmax']}。"
     # 通过：一行 ✓，没有别的输出（nbgrader 会把最后一个表达式的数值当成部分分）
     assert [(o.output_type, o.get("text")) for o in outputs["ex1_outputs"]] == [("stream", PASSED + "\n")]
     # 自查单元格：只有打印的报告，没有多出来的 True

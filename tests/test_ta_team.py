@@ -317,7 +317,7 @@ def test_manual_grades_entered_while_another_ta_grades_are_all_kept(tmp_path, po
 
 def test_two_secrets_give_different_hidden_inputs_and_no_secret_the_public_seed(tmp_path):
     from lib.grading import exercise_checks  # noqa: F401  （先导入它：练习模块由它加载）
-    from lib.grading.exercises import ex01
+    from lib.grading.exercises import nb01_ex1_ex4 as nb01
     gids = ["ex1_self_attention", "ex4_copy_query"]
     public = hidden_inputs.HiddenInputs.for_course(tmp_path)
     assert public.public and public.seeds(gids) == {g: pipeline.SEED for g in gids} == {g: 0 for g in gids}  # 公开的克隆
@@ -330,7 +330,7 @@ def test_two_secrets_give_different_hidden_inputs_and_no_secret_the_public_seed(
     second = hidden_inputs.HiddenInputs.for_course(tmp_path)
     a, b = first.seed("ex1_self_attention"), second.seed("ex1_self_attention")
     assert len({0, a, b}) == 3
-    assert repr(ex01.inputs_self_attention(a)) != repr(ex01.inputs_self_attention(b)) != repr(ex01.inputs_self_attention(0))
+    assert repr(nb01.inputs_self_attention(a)) != repr(nb01.inputs_self_attention(b)) != repr(nb01.inputs_self_attention(0))
     opts = pipeline.Options(assignment="exercises", submissions=tmp_path)
     assert pipeline.grader_version(opts, "src") == pipeline.grader_version(opts, "src", public.version())  # 没有密钥：存下的结果照旧能用
     assert pipeline.grader_version(opts, "src", first.version()) != pipeline.grader_version(opts, "src", second.version())

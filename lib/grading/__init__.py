@@ -3,7 +3,7 @@
 导入 LMS 下载的提交（collect.py；各 LMS 的命名在 lms.py，名单在 roster.py）→ 按 release/ 修复 →
 在课程目录之外的沙箱里执行 → 在干净进程里用 exercise_checks.CHECKS 判分 → nbgrader gradebook、
 反馈 HTML、grades.csv → export.py 填好 LMS 自己的成绩文件。
-exercises/exNN.py（每个练习 notebook 的探针和检查）由练习的作者维护，其余文件（包括 exercise_checks.py、probes.py）属于引擎和流水线。
+exercises/nbNN_exK.py（notebook NN = 讲义练习 K 的探针和检查）由练习的作者维护，其余文件（包括 exercise_checks.py、probes.py）属于引擎和流水线。
 
 评分核心，一步一个文件（pipeline.run 的六步：collect → repair → execute → judge → record → report）：
 - repair.py：按 release 配对（match_by_grade_id … match_by_position）、组装修复后的 notebook；

@@ -1,6 +1,6 @@
 """练习（assignment `exercises`）的检查引擎：收集每个练习模块的检查，提供判分的工具。引擎不知道任何一道题。
 
-每个练习 notebook 的探针和检查写在一起，在 ``lib/grading/exercises/exNN.py`` 里（怎样加一道练习见 CONTRIBUTING.md）。
+每个练习 notebook 的探针和检查写在一起，在 ``lib/grading/exercises/nbNN_exK.py`` 里（notebook NN = 练习 K；怎样加一道练习见 CONTRIBUTING.md）。
 每个自动评分的测试单元格（nbgrader 的 grade_id）对应一个 ``Check``：
 
 - ``probes.PROBES[grade_id](namespace, seed)`` 在学生的内核里调用学生的函数、读学生的变量，
@@ -176,10 +176,10 @@ def attention(Q, K, V, mask=None):
 
 
 # ----------------------------------------------------------------------------
-# grade_id → Check：从 lib/grading/exercises/ 的每个 exNN.py 收集（本文件不知道任何一道题）
+# grade_id → Check：从 lib/grading/exercises/ 的每个练习模块收集（本文件不知道任何一道题）
 # ----------------------------------------------------------------------------
 
-from .exercises import collect_checks  # noqa: E402  放在最后：exNN.py 从本文件导入上面的工具
+from .exercises import collect_checks  # noqa: E402  放在最后：练习模块从本文件导入上面的工具
 
 CHECKS: dict[str, Check] = collect_checks()
 

@@ -1,7 +1,7 @@
 """探针的工具（引擎的内核一侧）：在学生的内核里调用学生写的函数、读取学生的变量，只记录数据。
 
-每个练习 notebook 的探针写在 lib/grading/exercises/exNN.py 里（和它的检查放在一起）；本文件不知道任何一道题。
-``kernel_source()`` 把本文件和每个 exNN.py 的“探针”一段拼成一份源码，评分流水线把它送进学生的内核
+每个练习 notebook 的探针写在 lib/grading/exercises/nbNN_exK.py 里（和它的检查放在一起）；本文件不知道任何一道题。
+``kernel_source()`` 把本文件和每个练习模块的“探针”一段拼成一份源码，评分流水线把它送进学生的内核
 （学生的单元格都跑完之后），然后对每个自动评分的测试单元格调用 ``PROBES[grade_id](namespace, seed)``。
 
 契约：
@@ -97,15 +97,15 @@ def _variable_probe(name):
     return probe
 
 
-PROBES: dict = {}  # grade_id → 探针；每个 exNN.py 的探针一段用 PROBES.update({...}) 登记
+PROBES: dict = {}  # grade_id → 探针；每个练习模块的探针一段用 PROBES.update({...}) 登记
 
-# exNN.py 里“探针”一段的开头和结尾（两行注释之间的代码送进内核）
+# 练习模块里“探针”一段的开头和结尾（两行注释之间的代码送进内核）
 PROBE_START = "# ==== 探针"
 CHECK_START = "# ==== 检查"
 
 
 def probe_section(source: str, where: str = "练习模块") -> str:
-    """一个 exNN.py 的源码里送进内核的那一段（“探针”到“检查”两行注释之间）。"""
+    """一个练习模块的源码里送进内核的那一段（“探针”到“检查”两行注释之间）。"""
     try:
         start = source.index(PROBE_START)
         end = source.index(CHECK_START, start)
@@ -115,7 +115,7 @@ def probe_section(source: str, where: str = "练习模块") -> str:
 
 
 def kernel_source(probes_file=None) -> str:
-    """送进学生内核的源码。probes_file 是本文件（默认）时：本文件 + lib/grading/exercises/ 里每个 exNN.py 的探针一段；
+    """送进学生内核的源码。probes_file 是本文件（默认）时：本文件 + lib/grading/exercises/ 里每个练习模块的探针一段；
     别的文件（测试用的小课程自带的探针文件）原样使用。"""
     from pathlib import Path
 
@@ -125,6 +125,8 @@ def kernel_source(probes_file=None) -> str:
     if path != here:
         return text
     parts = [text]
-    for module in sorted((here.parent / "exercises").glob("ex*.py")):
+    from .exercises import PATTERN
+
+    for module in sorted((here.parent / "exercises").glob(PATTERN)):
         parts.append(f"\n# ---- {module.name} ----\n" + probe_section(module.read_text(encoding="utf-8"), module.name))
     return "\n".join(parts)

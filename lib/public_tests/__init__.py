@@ -1,8 +1,8 @@
 """公开测试：练习 notebook 里每个测试单元格的可见部分（学生作答时运行；nbgrader 的 Validate 也运行它）。
 
 测试单元格里只有一行 ``public_test("GRADE_ID", globals())``：Validate 没通过时先打印整个单元格的源码，
-单元格短，原因才在眼前。测试本身在这里，每个练习 notebook 一个模块（``exNN.py``，和评分的
-``lib/grading/exercises/exNN.py`` 一一对应）：
+单元格短，原因才在眼前。测试本身在这里，每个练习 notebook 一个模块（``nbNN_exK.py``：notebook 的编号和
+讲义练习的编号，和评分的 ``lib/grading/exercises/`` 里的同名模块一一对应）：
 
 - **通过**：打印一行 “✓ 通过公开测试（评分时还有隐藏测试）”，不返回任何东西（nbgrader 会把测试单元格最后一个
   表达式的数值当成部分分）。
@@ -44,9 +44,9 @@ def expect(condition, message: str) -> None:
 
 
 def _collect() -> dict[str, Callable[[dict], None]]:
-    """{grade_id: 测试}，来自每个 exNN.py 的 TESTS。"""
+    """{grade_id: 测试}，来自每个 nbNN_exK.py 的 TESTS。"""
     tests: dict = {}
-    for path in sorted(Path(__file__).resolve().parent.glob("ex*.py")):
+    for path in sorted(Path(__file__).resolve().parent.glob("nb*.py")):
         module = importlib.import_module(f"{__name__}.{path.stem}")
         for grade_id, test in module.TESTS.items():
             if grade_id in tests:

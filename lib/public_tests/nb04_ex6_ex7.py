@@ -1,4 +1,4 @@
-"""04_blocks_and_cost.ipynb 的公开测试：练习 6（参数量）和练习 7（计算量）。
+"""notebook 04（04_blocks_and_cost.ipynb）= 练习 6（参数量）和练习 7（计算量）：公开测试。
 
 讲义的两个问题（crossover_4096、share_128k）不和参考值比较：检查格式，以及和你自己的函数是否一致。
 """
@@ -7,7 +7,7 @@ from __future__ import annotations
 from lib.answer_format import CheckFailed, call, close, integer, number
 from lib.public_tests import expect, need
 
-# 典型错误：公开测试和评分说明（lib/grading/exercises/ex04.py 的检查一段）用同一句话
+# 典型错误：公开测试和评分说明（lib/grading/exercises/nb04_ex6_ex7.py 的检查一段）用同一句话
 MISTAKES = {
     "crossover_is_d": "不是 d：线性部分有 12 个 d×d 的乘加（每个位置），注意力矩阵部分是 2nd",
     "ratio_not_share": "这是比值 n/6d，不是占比",

@@ -1,4 +1,5 @@
-"""05_masks_and_kv_cache.ipynb：练习 8（填充掩码）和练习 11（KV 缓存）的探针和检查，写在同一个文件里。
+"""notebook 05（05_masks_and_kv_cache.ipynb）= 练习 8（填充掩码）和练习 11（KV 缓存）：
+探针和检查，写在同一个文件里。
 
 约定（见 lib/grading/exercises/__init__.py 和 CONTRIBUTING.md 的“怎样加一道练习”）：
 “探针”一段送进学生的内核运行（只用标准库、numpy、torch 和 lib.answer_format，工具来自 lib/grading/probes.py），
@@ -174,8 +175,8 @@ PROBES.update({
 })
 
 # ==== 检查：在干净的评分进程里运行 ====
-# 典型错误的说法：和公开测试同一份（lib/public_tests/ex05.py）
-from lib.public_tests.ex05 import MISTAKES  # noqa: E402
+# 典型错误的说法：和公开测试同一份（lib/public_tests/nb05_ex8_ex11.py）
+from lib.public_tests.nb05_ex8_ex11 import MISTAKES  # noqa: E402
 
 def layer_norm(x, eps=1e-5):
     """lib.transformer.layer_norm 的 NumPy 版（不含 γ、β；eps 和 lib 的相同，tests/test_exercises.py 核对，make artifact 不改它）。"""
@@ -359,6 +360,7 @@ def verify_ex11_cached_generation(data, seed):
 
 
 NOTEBOOK = "05_masks_and_kv_cache"
+EXERCISES = (8, 11)  # 讲义 §15 的练习编号：grade_id 是 ex8_*、ex11_*；模块名 nb05_ex8_ex11 = notebook 05 + 这些练习
 CHECKS = [
     Check("ex8_pad_mask", NOTEBOOK, 6, verify_ex8_pad_mask),
     Check("ex11_counts", NOTEBOOK, 3, verify_ex11_counts),

@@ -1,4 +1,4 @@
-"""03_positions_and_rope.ipynb 的公开测试：练习 5（RoPE 的手算、rotate_2d、rope）。
+"""notebook 03（03_positions_and_rope.ipynb）= 练习 5（RoPE 的手算、rotate_2d、rope）：公开测试。
 
 手算的五个数不和参考值比较（那会透露答案）：检查格式、自洽（旋转不改变长度、dot_a = q̃·k̃）和典型错误（转反了方向、
 查询和键转了同样的角度）。(b)、(c) 的点积只查格式：它们和 (a) 的关系正是题目要你自己发现的。
@@ -12,7 +12,7 @@ import numpy as np
 from lib.answer_format import array, call, close, number, within
 from lib.public_tests import expect, need
 
-# 典型错误：公开测试和评分说明（lib/grading/exercises/ex03.py 的检查一段）用同一句话
+# 典型错误：公开测试和评分说明（lib/grading/exercises/nb03_ex5.py 的检查一段）用同一句话
 MISTAKES = {
     "clockwise": "转反了方向：R(φ) 是逆时针旋转",
     "same_angle": "位置 m = 2 要转 mθ",

@@ -1,4 +1,4 @@
-"""01_attention_by_hand.ipynb 的公开测试：练习 1（手算打分、权重、输出；self_attention）和练习 4（复制与平均的查询）。
+"""notebook 01（01_attention_by_hand.ipynb）= 练习 1（手算打分、权重、输出；self_attention）和练习 4（复制与平均的查询）：公开测试。
 
 手算的三个答案不和参考值比较（那会透露答案）：检查格式、和你自己的上一步是否自洽、是不是某个典型错误。
 """
@@ -18,7 +18,7 @@ K = np.array([[1.0, 1.0], [1.0, -1.0]])
 V = np.array([[1.0, 0.0], [0.0, 1.0]])
 D_K = 2
 
-# 典型错误：公开测试和评分说明（lib/grading/exercises/ex01.py 的检查一段）用同一句话
+# 典型错误：公开测试和评分说明（lib/grading/exercises/nb01_ex1_ex4.py 的检查一段）用同一句话
 MISTAKES = {
     "unscaled": "和 q·k 相等：没有除以 √d_k = √2",
     "times_sqrt": "是 q·k 乘了 √2：应该除以 √d_k = √2",

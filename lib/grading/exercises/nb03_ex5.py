@@ -1,4 +1,5 @@
-"""03_positions_and_rope.ipynb：练习 5（RoPE）的探针和检查，写在同一个文件里。
+"""notebook 03（03_positions_and_rope.ipynb）= 练习 5（RoPE）：
+探针和检查，写在同一个文件里。
 
 约定（见 lib/grading/exercises/__init__.py 和 CONTRIBUTING.md 的“怎样加一道练习”）：
 “探针”一段送进学生的内核运行（只用标准库、numpy、torch 和 lib.answer_format，工具来自 lib/grading/probes.py），
@@ -91,8 +92,8 @@ PROBES.update({
 })
 
 # ==== 检查：在干净的评分进程里运行 ====
-# 典型错误的说法：和公开测试同一份（lib/public_tests/ex03.py）
-from lib.public_tests.ex03 import MISTAKES  # noqa: E402
+# 典型错误的说法：和公开测试同一份（lib/public_tests/nb03_ex5.py）
+from lib.public_tests.nb03_ex5 import MISTAKES  # noqa: E402
 
 def rotate_2d(x, angle):
     c, s = math.cos(angle), math.sin(angle)
@@ -237,6 +238,7 @@ def verify_ex5_rope(data, seed):
 
 
 NOTEBOOK = "03_positions_and_rope"
+EXERCISES = (5,)  # 讲义 §15 的练习编号：grade_id 是 ex5_*；模块名 nb03_ex5 = notebook 03 + 这些练习
 CHECKS = [
     Check("ex5_numbers", NOTEBOOK, 3, verify_ex5_numbers),
     Check("ex5_rotate_2d", NOTEBOOK, 3, verify_ex5_rotate_2d),

@@ -1,4 +1,5 @@
-"""02_scaling_and_equivariance.ipynb：练习 2（缩放、蒙特卡罗）和练习 3（置换等变）的探针和检查，写在同一个文件里。
+"""notebook 02（02_scaling_and_equivariance.ipynb）= 练习 2（缩放、蒙特卡罗）和练习 3（置换等变）：
+探针和检查，写在同一个文件里。
 
 约定（见 lib/grading/exercises/__init__.py 和 CONTRIBUTING.md 的“怎样加一道练习”）：
 “探针”一段送进学生的内核运行（只用标准库、numpy、torch 和 lib.answer_format，工具来自 lib/grading/probes.py），
@@ -96,8 +97,8 @@ PROBES.update({
 })
 
 # ==== 检查：在干净的评分进程里运行 ====
-# 典型错误的说法：和公开测试同一份（lib/public_tests/ex02.py）
-from lib.public_tests.ex02 import MISTAKES  # noqa: E402
+# 典型错误的说法：和公开测试同一份（lib/public_tests/nb02_ex2_ex3.py）
+from lib.public_tests.nb02_ex2_ex3 import MISTAKES  # noqa: E402
 
 def self_attention_proj(X, W_q, W_k, W_v, causal=False):
     n = X.shape[0]
@@ -211,6 +212,7 @@ def verify_ex3_equivariance(data, seed):
 
 
 NOTEBOOK = "02_scaling_and_equivariance"
+EXERCISES = (2, 3)  # 讲义 §15 的练习编号：grade_id 是 ex2_*、ex3_*；模块名 nb02_ex2_ex3 = notebook 02 + 这些练习
 CHECKS = [
     Check("ex2_variance", NOTEBOOK, 2, _verify_formula(
         "score_variance", lambda d, s: d * s**4,

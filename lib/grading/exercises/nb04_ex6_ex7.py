@@ -1,4 +1,5 @@
-"""04_blocks_and_cost.ipynb：练习 6（参数量）和练习 7（计算量）的探针和检查，写在同一个文件里。
+"""notebook 04（04_blocks_and_cost.ipynb）= 练习 6（参数量）和练习 7（计算量）：
+探针和检查，写在同一个文件里。
 
 约定（见 lib/grading/exercises/__init__.py 和 CONTRIBUTING.md 的“怎样加一道练习”）：
 “探针”一段送进学生的内核运行（只用标准库、numpy、torch 和 lib.answer_format，工具来自 lib/grading/probes.py），
@@ -84,8 +85,8 @@ PROBES.update({
 })
 
 # ==== 检查：在干净的评分进程里运行 ====
-# 典型错误的说法：和公开测试同一份（lib/public_tests/ex04.py）
-from lib.public_tests.ex04 import MISTAKES  # noqa: E402
+# 典型错误的说法：和公开测试同一份（lib/public_tests/nb04_ex6_ex7.py）
+from lib.public_tests.nb04_ex6_ex7 import MISTAKES  # noqa: E402
 
 def count_params(V, d, n_layers, max_len, tied, positions):
     """§7.5：词嵌入 Vd + 位置表（只有 learned）+ N(12d² + 13d) + 最后的 LN 2d（+ 不共享时输出层 Vd）。
@@ -201,6 +202,7 @@ def verify_ex7_share(data, seed):
 
 
 NOTEBOOK = "04_blocks_and_cost"
+EXERCISES = (6, 7)  # 讲义 §15 的练习编号：grade_id 是 ex6_*、ex7_*；模块名 nb04_ex6_ex7 = notebook 04 + 这些练习
 CHECKS = [
     Check("ex6_param_count", NOTEBOOK, 6, verify_ex6_param_count),
     Check("ex7_crossover", NOTEBOOK, 2, verify_ex7_crossover),

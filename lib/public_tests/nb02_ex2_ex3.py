@@ -1,4 +1,4 @@
-"""02_scaling_and_equivariance.ipynb 的公开测试：练习 2（缩放、蒙特卡罗实验）和练习 3（置换等变）。"""
+"""notebook 02（02_scaling_and_equivariance.ipynb）= 练习 2（缩放、蒙特卡罗实验）和练习 3（置换等变）：公开测试。"""
 from __future__ import annotations
 
 import math
@@ -8,7 +8,7 @@ import numpy as np
 from lib.answer_format import call, close, number, within
 from lib.public_tests import expect, need
 
-# 典型错误：公开测试和评分说明（lib/grading/exercises/ex02.py 的检查一段）用同一句话
+# 典型错误：公开测试和评分说明（lib/grading/exercises/nb02_ex2_ex3.py 的检查一段）用同一句话
 MISTAKES = {
     "sigma_squared": "这是 d_k·σ²",
     "forgot_sigma": "忘了 σ",

@@ -1,4 +1,5 @@
-"""01_attention_by_hand.ipynb：练习 1（手算自注意力、self_attention）和练习 4（复制与平均的查询）的探针和检查，写在同一个文件里。
+"""notebook 01（01_attention_by_hand.ipynb）= 练习 1（手算自注意力、self_attention）和练习 4（复制与平均的查询）：
+探针和检查，写在同一个文件里。
 
 约定（见 lib/grading/exercises/__init__.py 和 CONTRIBUTING.md 的“怎样加一道练习”）：
 “探针”一段送进学生的内核运行（只用标准库、numpy、torch 和 lib.answer_format，工具来自 lib/grading/probes.py），
@@ -123,8 +124,8 @@ PROBES.update({
 })
 
 # ==== 检查：在干净的评分进程里运行 ====
-# 典型错误的说法和判断：和公开测试同一份（lib/public_tests/ex01.py），交之前和交之后说同一句话
-from lib.public_tests import ex01 as public  # noqa: E402
+# 典型错误的说法和判断：和公开测试同一份（lib/public_tests/nb01_ex1_ex4.py），交之前和交之后说同一句话
+from lib.public_tests import nb01_ex1_ex4 as public  # noqa: E402
 
 # 练习 1 的手算答案（q、k、v 见讲义 §15 练习 1）
 EX1_Q = np.array([[1.0, 0.0], [0.0, 1.0]])
@@ -341,6 +342,7 @@ def _verify_query(kind):
 
 
 NOTEBOOK = "01_attention_by_hand"
+EXERCISES = (1, 4)  # 讲义 §15 的练习编号：grade_id 是 ex1_*、ex4_*；模块名 nb01_ex1_ex4 = notebook 01 + 这些练习
 CHECKS = [
     Check("ex1_scores", NOTEBOOK, 2, _hand_value("scores_1", EX1_SCORES, _explain_scores)),
     Check("ex1_weights", NOTEBOOK, 2, _hand_value("weights_1", EX1_WEIGHTS, _explain_weights)),

@@ -1,4 +1,4 @@
-"""05_masks_and_kv_cache.ipynb 的公开测试：练习 8（填充掩码）和练习 11（KV 缓存的计数和生成）。
+"""notebook 05（05_masks_and_kv_cache.ipynb）= 练习 8（填充掩码）和练习 11（KV 缓存的计数和生成）：公开测试。
 
 torch 只在测试函数里导入：评分进程导入 MISTAKES 时不导入 torch。
 """
@@ -9,7 +9,7 @@ import numpy as np
 from lib.answer_format import CheckFailed, array, call, integer, torch_bool_mask
 from lib.public_tests import expect, need
 
-# 典型错误：公开测试和评分说明（lib/grading/exercises/ex05.py 的检查一段）用同一句话
+# 典型错误：公开测试和评分说明（lib/grading/exercises/nb05_ex8_ex11.py 的检查一段）用同一句话
 MISTAKES = {
     "pad_rows": "这个掩码挡住的是行（查询），应该挡列（键）",
     "prompt_once": "用了缓存，提示只送进模型一次，之后每一步只送进最新的一个词",
