@@ -5,7 +5,8 @@
 - sandbox_supervisor.Supervisor：评分通道上的事件（不启动进程）和杀掉内核的期限；
 - sandbox_bwrap.bwrap_command：盖住哪些目录、放进沙箱的文件、换不换 uid；
 - repair 的四步配对（match_by_grade_id … match_by_position），每一步单独；
-- runner 的探针和单元格输出；班级报告的证据面板。
+- runner 的探针、单元格输出和错误的显示（_render_traceback_）；judge 不把学生自己调用的公开测试当成伪造的“测试通过”；
+  班级报告的证据面板。
 """
 from __future__ import annotations
 
@@ -63,6 +64,25 @@ def test_the_kernel_cannot_raise_what_only_the_grader_raises():
     assert "不认识的可疑迹象 'channel'" in res.flags[0][1] and res.flags[2][1] == "格式不对的可疑迹象"
     assert RUNNER_FLAGS == {"read", "write", "network", "process", "eq", "introspect"}
     assert _judge_tamper([["made_up", "x"]]) == ["made_up：x"]  # 记录里不认识的种类原样显示，不会被吞掉
+
+
+def _judge_fake_pass(source: str, printed: str) -> list:
+    """学生自己加的一个代码单元格（source）打印了 printed 时，judge 的 tamper。"""
+    cell = {"cell_type": "code", "source": source, "metadata": {}, "outputs": [], "execution_count": None}
+    release = {"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    state = {"seeds": {}, "exec": {"records": {}, "flags": [], "changed": [], "junk": 0,
+                                   "outputs": {"0": [{"output_type": "stream", "name": "stdout", "text": printed}]}}}
+    return pipeline.judge(state, dict(release, cells=[cell]), release, {}, "nb")["tamper"]
+
+
+def test_a_public_test_called_in_the_students_own_cell_is_not_a_fake_pass():
+    """公开测试通过时打印 PASSED（“✓ 通过公开测试……”）：学生在自己的单元格里调用 public_test 不算伪造；
+    没有调用却打印同样的一行、或打印别的“测试通过”，照样标出来。"""
+    from lib.public_tests import PASSED
+    assert _judge_fake_pass('public_test("ex1_scores", globals())', PASSED + "\n") == []
+    forged = ["第 1 个单元格打印了像“测试通过”的文字"]
+    assert _judge_fake_pass(f"print({PASSED!r})", PASSED + "\n") == forged
+    assert _judge_fake_pass('public_test("ex1_scores", globals())\nprint("全部通过")', PASSED + "\n全部通过\n") == forged
 
 
 def test_every_flag_and_status_says_what_it_means():
@@ -260,6 +280,26 @@ def test_cell_outputs_in_notebook_order():
     assert [o["output_type"] for o in outs] == ["stream", "execute_result"] and outs[1]["data"] == {"text/plain": "42"}
     outs = runner._cell_outputs(Cap(), None, KeyboardInterrupt(), timed_out=True)
     assert outs[-1]["ename"] == "TimeoutError"
+
+
+def test_an_error_that_renders_itself_reaches_the_feedback_as_it_renders_in_jupyter():
+    """课程的 CheckFailed 在 JupyterLab 里是一行“✗ 说明”（_render_traceback_）：评分的输出里也是这一行；
+    别的异常照常是去掉评分程序帧的 traceback；_render_traceback_ 自己出错时也退回 traceback。"""
+    from lib.answer_format import CheckFailed
+
+    out = runner._error_output(CheckFailed("scores_1 的形状不对"))
+    assert out["traceback"] == ["✗ scores_1 的形状不对"] and out["ename"] == "CheckFailed"
+
+    class Broken(Exception):
+        def _render_traceback_(self):
+            raise RuntimeError("oops")
+
+    try:
+        raise ValueError("坏了")
+    except ValueError as e:
+        plain = runner._error_output(e)
+    assert plain["traceback"][-1] == "ValueError: 坏了" and plain["evalue"] == "坏了"
+    assert runner._error_output(Broken("x"))["traceback"][-1].endswith("Broken: x")
 
 
 # ============================================================================ 班级报告的证据面板

@@ -34,6 +34,7 @@ from pathlib import Path
 from . import collect as collect_mod
 from . import gradebook_io, hidden_inputs, lms, repair, report, runner, sandbox
 from . import probes as probes_mod
+from ..public_tests import PASSED
 from .flags import Flag, Status
 
 HERE = Path(__file__).resolve().parent
@@ -192,6 +193,14 @@ def _name_the_answer_cell_error(messages: dict, repaired: dict, ex: dict) -> Non
                                           f"执行到，所以检查时看到的是：{msg}")
 
 
+def _without_own_public_tests(source: str, text: str) -> str:
+    """学生在自己的单元格里调用 public_test(...) 时，它通过时打印的那一行（lib.public_tests.PASSED）是真的，
+    不算伪造的“测试通过”：去掉这些行。单元格里没有调用 public_test、却打印了同样的一行，照样算。"""
+    if "public_test(" not in source:
+        return text
+    return "\n".join(line for line in text.splitlines() if line.strip() != PASSED)
+
+
 def judge(state: dict, repaired: dict, release: dict, checks: dict, notebook: str) -> dict:
     """在干净的评分进程里判分。学生代码从未在这个进程里运行过。"""
     seeds = state["seeds"]  # 每个检查自己的种子，和发进内核的相同
@@ -245,7 +254,7 @@ def judge(state: dict, repaired: dict, release: dict, checks: dict, notebook: st
         if cell.get("cell_type") != "code" or repair.is_test(cell) or repair._src(cell) in release_sources:
             continue  # 只看学生自己写的单元格
         text = "".join(o.get("text", "") for o in ex["outputs"].get(str(i), []) if o.get("output_type") == "stream")
-        if FAKE_PASS_RE.search(text):
+        if FAKE_PASS_RE.search(_without_own_public_tests(repair._src(cell), text)):
             tamper.append(f"第 {i + 1} 个单元格打印了像“测试通过”的文字")
             break
     # 可见测试通过、隐藏的检查没通过是正常情况（隐藏的输入发现了可见测试没发现的错误），不算可疑迹象

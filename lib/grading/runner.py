@@ -416,6 +416,19 @@ class Watchdog(threading.Thread):
 
 
 # ---------------------------------------------------------------- 执行
+def _own_rendering(exc):
+    """异常自己的显示（IPython 的 _render_traceback_：有它就用它返回的几行代替调用栈，课程的 CheckFailed 就是一行
+    “✗ 说明”，和学生在 JupyterLab 里看到的一样）。没有、出错或不是一串文字时 None。"""
+    try:
+        render = getattr(exc, "_render_traceback_", None)
+        lines = render() if callable(render) else None
+        if isinstance(lines, list) and all(isinstance(line, str) for line in lines):
+            return lines
+    except Exception:
+        pass
+    return None
+
+
 def _error_output(exc, timed_out=False):
     if timed_out:
         return {"output_type": "error", "ename": "TimeoutError",
@@ -425,11 +438,13 @@ def _error_output(exc, timed_out=False):
         text = "MemoryError: 内存超过评分环境的上限"
         return {"output_type": "error", "ename": "MemoryError", "evalue": "内存超过评分环境的上限",
                 "traceback": [text]}
-    try:
-        tb = traceback.format_exception(type(exc), exc, exc.__traceback__)
-        tb = [line for line in tb if _THIS_FILE not in line and "IPython/core" not in line]
-    except Exception:
-        tb = [repr(exc)]
+    tb = _own_rendering(exc)
+    if tb is None:
+        try:
+            tb = traceback.format_exception(type(exc), exc, exc.__traceback__)
+            tb = [line for line in tb if _THIS_FILE not in line and "IPython/core" not in line]
+        except Exception:
+            tb = [repr(exc)]
     return {"output_type": "error", "ename": type(exc).__name__, "evalue": str(exc)[:2000],
             "traceback": [line.rstrip("\n") for line in tb][-30:]}
 
