@@ -577,10 +577,10 @@ def test_judging_never_imports_torch(reference):
     assert result["torch"] is False
 
 
-def _copy_of(copy: str, original: str) -> str:
+def _copy_of(copy: str, original: str, what: str = "") -> str:
     """参考副本和 lib 对不上时该做什么。评分进程不导入 torch，检查用的是 lib 函数的 NumPy 副本；
-    make artifact 不会更新它们。"""
-    return (f"{copy} 是 {original} 的 NumPy 副本（评分进程不导入 torch），和 lib 现在的算法对不上了："
+    make artifact 不会更新它们。what：哪里不一样（可以不写）。"""
+    return (f"{what}{copy} 是 {original} 的 NumPy 副本（评分进程不导入 torch），和 lib 现在的算法对不上了："
             f"改了 lib 里的这个函数（公式、默认参数），就把 {copy} 改成一样的（make artifact 不会改它），再运行这个测试")
 
 
@@ -602,8 +602,8 @@ def test_numpy_references_agree_with_lib():
     assert np.allclose(nb03.rope(x, np.arange(7)), apply_rope(torch.tensor(x)).numpy(), atol=1e-6), _copy_of(
         "lib/grading/exercises/nb03_ex5.py 的 rope", "lib.transformer.apply_rope")
     ours, lib_eps = (inspect.signature(f).parameters["eps"].default for f in (nb05.layer_norm, layer_norm))
-    assert ours == lib_eps, _copy_of(f"lib/grading/exercises/nb05_ex8_ex11.py 的 layer_norm（eps={ours}）",
-                                     f"lib.transformer.layer_norm（eps={lib_eps}）")
+    assert ours == lib_eps, _copy_of("lib/grading/exercises/nb05_ex8_ex11.py 的 layer_norm", "lib.transformer.layer_norm",
+                                     f"eps 不一样（副本 {ours}，lib {lib_eps}）：")
     assert np.allclose(nb05.layer_norm(x), layer_norm(torch.tensor(x)).numpy()), _copy_of(
         "lib/grading/exercises/nb05_ex8_ex11.py 的 layer_norm", "lib.transformer.layer_norm")
     from lib.transformer import lm_param_formula
