@@ -187,6 +187,11 @@ def compare(student: dict, reference: dict) -> tuple[list[str], list[str]]:
             changed = [k for k in _FLAGS if _nbgrader(mine).get(k) != meta.get(k)]
             if changed:
                 problems.append(f"{what}的 nbgrader 元数据（{'、'.join(changed)}）被改动了。")
+            if meta.get("solution") and mine.get("cell_type") == "code":
+                broken = syntax_error(_source(mine))
+                if broken:
+                    problems.append(f"作答：{what}有语法错误（{broken}）：这个单元格运行不了，它定义的答案评分时都找不到。")
+                    continue
             if meta.get("solution") and "NotImplementedError" in _source(mine) and mine.get("cell_type") == "code":
                 state = _raise_state(_source(mine), _source(cell))
                 if state == "unanswered":
@@ -203,6 +208,20 @@ def compare(student: dict, reference: dict) -> tuple[list[str], list[str]]:
         if extra:
             problems.append(f"有发布版里没有的评分单元格：{'、'.join(extra)}（是从别的练习复制过来的吗？）。")
     return problems, notes
+
+
+def syntax_error(source: str) -> str | None:
+    """一个代码单元格的语法错误（“第 3 行：'(' was never closed”），没有时 None。%魔法和 !命令先按 IPython 的规则转换。"""
+    try:
+        from IPython.core.inputtransformer2 import TransformerManager
+        source = TransformerManager().transform_cell(source)
+    except Exception:  # noqa: BLE001  没有 IPython 或转换失败：按原样编译
+        pass
+    try:
+        compile(source, "<答题单元格>", "exec")
+    except SyntaxError as err:
+        return f"第 {err.lineno} 行：{err.msg}"
+    return None
 
 
 def _raise_state(source: str, reference: str) -> str | None:
@@ -363,11 +382,8 @@ def check_formats(notebook: str, namespace: dict) -> tuple[list[str], list[str]]
             except fmt.NotAnswered:  # 函数还是 raise NotImplementedError()
                 notes.append(f"{name} 还没有作答。")
                 continue
-            except AssertionError as err:  # call() 的说明：函数在小例子上出错了
-                if fmt.LEFTOVER_RAISE in str(err):
-                    problems.append(f"作答：{err}")
-                else:
-                    notes.append(str(err))
+            except AssertionError as err:  # call() 的说明：函数在小例子上出错了：评分时这一部分同样会出错、丢分
+                problems.append(f"作答：{err}")
                 continue
         elif value is None:
             notes.append(f"{name} 还没有填写。")

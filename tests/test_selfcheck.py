@@ -242,7 +242,8 @@ def test_formats_use_the_grading_rules():
     assert str(err.value) in text
 
 
-def test_formats_report_unanswered_and_crashing_functions_as_notes():
+def test_formats_report_unanswered_as_notes_and_crashing_functions_as_problems():
+    """没作答只是提醒；函数在小例子上出错是会丢分的问题（评分时同样出错）：学生看到“✓”就上传了，丢了 8 分。"""
     def todo(*args):
         raise NotImplementedError()
 
@@ -250,9 +251,16 @@ def test_formats_report_unanswered_and_crashing_functions_as_notes():
         raise ValueError("boom")
 
     problems, notes = selfcheck.check_formats("04_blocks_and_cost", {"count_params": todo, "crossover_length": crash})
-    assert problems == []
-    assert "count_params 还没有作答。" in notes and any("出错了：ValueError: boom" in n for n in notes)
+    assert [p for p in problems if "出错了：ValueError: boom" in p] and len(problems) == 1
+    assert "count_params 还没有作答。" in notes
     assert any("还没有定义 attention_share" in n for n in notes)
+
+
+def test_an_answer_cell_with_a_syntax_error_is_a_problem():
+    """答题单元格里少了一个括号：测试单元格只会说“还没有定义 scores_1”，自查要说出真正的原因。"""
+    assert selfcheck.syntax_error("scores_1 = np.array([[0.707, 0.707], [0.707, -0.707]]") .startswith("第 1 行")
+    assert selfcheck.syntax_error("%matplotlib inline\nx = 1\n!ls") is None  # IPython 的魔法和命令不算错
+    assert selfcheck.syntax_error("def f(x):\n    return x") is None
 
 
 def test_format_problems_count_as_problems_in_the_notebook(course, monkeypatch, capsys):

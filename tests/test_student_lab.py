@@ -187,6 +187,17 @@ def _wait_saved(page) -> None:
     page.wait_for_function("() => !window.jupyterapp.shell.currentWidget.context.model.dirty", timeout=30_000)
 
 
+def _saved_with_output(path: Path, index: int, timeout: float = 30):
+    """磁盘上的副本：等到第 index 个单元格的输出也存进去了（机器忙时，一次自动保存可能正好落在代码已经运行、
+    输出还没到的时候；输出到了以后模型又变“有改动”，下一次自动保存才写进去）。"""
+    deadline = time.monotonic() + timeout
+    while True:
+        nb = nbformat.read(path, as_version=4)
+        if nb.cells[index].get("outputs") or time.monotonic() > deadline:
+            return nb
+        time.sleep(0.5)
+
+
 def _close(page) -> None:
     """关掉当前 notebook 并关掉它的内核（已经保存过：不会弹“要不要保存”）。"""
     page.evaluate("async () => { const w = window.jupyterapp.shell.currentWidget;"
@@ -266,7 +277,7 @@ def test_make_update_keeps_the_answer_and_brings_the_new_version(course, student
     _open(page, EXERCISE)
     index = _type_answer(page, ANSWER_ID, ANSWER)
     _wait_saved(page)  # 学生没按 Ctrl+S：自动保存把答案写进了副本
-    mine = nbformat.read(student / "mywork" / EXERCISE, as_version=4)
+    mine = _saved_with_output(student / "mywork" / EXERCISE, index)
     assert mine.cells[index].source == ANSWER and "我的答案" in mine.cells[index].outputs[0]["text"]
     # 课程组改了一页和这个练习（都是答题单元格以外的地方），提交到上游
     statement = nbformat.read(up / EXERCISE, as_version=4).cells[index - 1]  # 答题单元格上面的题目

@@ -33,7 +33,7 @@ PASSED = "✓ 通过公开测试（评分时还有隐藏测试）"
 def need(namespace: dict, name: str):
     """namespace 里的 name；没有时用中文说明（而不是 NameError）。"""
     if name not in namespace:
-        raise CheckFailed(f"还没有定义 {name}：先运行上面的答题单元格（名字拼对了吗？）")
+        raise CheckFailed(f"还没有定义 {name}：先运行上面的答题单元格；运行过了的话，看它下面有没有红字（语法错误？），名字拼对了吗？")
     return namespace[name]
 
 

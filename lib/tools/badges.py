@@ -20,6 +20,7 @@ from pathlib import Path
 
 import nbformat
 
+from . import cell_marks
 from .bootstrap import REPO_ROOT, bootstrap_source, colab_url, course_config
 
 STAMPED_DIRS = ("notebooks", "release", "solutions")
@@ -68,7 +69,7 @@ def _first(nb, cell_type: str):
 
 def stamp(nb, path_in_repo: str, *, config: dict | None = None) -> bool:
     """就地改写 nbformat 的 NotebookNode：第一个 Markdown 单元格里的 Colab 徽章指向 path_in_repo、图片是仓库里的那份，
-    第一个代码单元格的源码换成引导单元格（输出保留：本地分支的输出不变），内核是 KERNELSPEC。返回是否改动了什么。"""
+    第一个代码单元格的源码换成引导单元格（输出保留：本地分支的输出不变）、收起它的代码（标签 hide-input），内核是 KERNELSPEC。返回是否改动了什么。"""
     config = config or course_config()
     path_in_repo = path_in_repo.replace("\\", "/").lstrip("/")
     url = colab_url(path_in_repo, config)
@@ -101,7 +102,11 @@ def stamp(nb, path_in_repo: str, *, config: dict | None = None) -> bool:
         code.source = target
         _refresh_checksum(code)
         changed = True
-    return changed
+    tags = code.setdefault("metadata", {}).setdefault("tags", [])
+    if "hide-input" not in tags:  # 引导单元格不是这一页的内容：收起代码，只留第一行注释和它打印的一句话
+        tags.append("hide-input")
+        changed = True
+    return cell_marks.sync(nb) or changed
 
 
 def notebooks_to_stamp(root: Path = REPO_ROOT, dirs=STAMPED_DIRS) -> list[Path]:

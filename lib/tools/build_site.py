@@ -46,6 +46,10 @@ CSS = """
 mjx-container[display="true"], .bd-article mjx-container { max-width: 100%; overflow-x: auto; overflow-y: hidden; }
 .bd-article table td:first-child, .bd-article table th:first-child { white-space: nowrap; position: sticky; left: 0;
   background: var(--pst-color-background); z-index: 1; }
+/* 页面输出里的数表（vs_lecture 的“讲义 / 本课程的结果”、每个种子的表）：手机上不把一列挤成一个字宽、数字挤在一起，
+   整张表在自己的框里横向滚动 */
+.bd-article .cell_output .output.text_html { overflow-x: auto; max-width: 100%; }
+.bd-article .cell_output table td, .bd-article .cell_output table th { white-space: nowrap; padding: 0.15em 0.6em; }
 /* 证据表（lib.claims / lib.viz.details，点开才看）：第一列是一整句结论，换行而不是把别的列挤窄 */
 details.evidence table td:first-child, details.evidence table th:first-child { white-space: normal; position: static;
   min-width: 12em; }
