@@ -373,11 +373,11 @@ def _feedback_key(gb, assignment: str, student: str, notebook: str, nb: dict) ->
     import nbconvert
     import nbgrader
     import pygments
-    here = Path(__file__).resolve().parent  # 我们自己的模板和汇总表代码也是输入
+    here = Path(__file__).resolve().parent  # 我们自己的反馈模板（不是班级报告的）和汇总表代码也是输入
     from . import feedback_math
     ours = [(here / name).read_text(encoding="utf-8") for name in ("report.py", "feedback_math.py")]
     ours.append(str(feedback_math.available()))  # 装上 latex2mathml 之后重新渲染
-    ours += [f.read_text(encoding="utf-8") for f in sorted((here / "templates").rglob("*")) if f.is_file()]
+    ours += [f.read_text(encoding="utf-8") for f in sorted((here / "templates" / "feedback_zh").rglob("*")) if f.is_file()]
     sn = gb.find_submission_notebook(notebook, assignment, student)
     grades = sorted((g.name, g.score, g.max_score) for g in sn.grades)
     comments = sorted((c.name, c.comment or "") for c in sn.comments)
