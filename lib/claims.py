@@ -7,7 +7,9 @@
 - ``sometimes(陈述, 每个种子是否出现, at_least=, at_most=)``：**有的种子出现、有的不出现**，页面写成频率
   （“10 个种子里有 4 个”）。检查的是次数落在界限里，不是每个种子都一样。
 
-``check(...)`` 把结论列成一张表显示出来；有不成立的就抛出 AssertionError，写明是哪一条、值是多少。
+``check(...)`` 把结论列成一张表，收在一行摘要下面（页面上点开才看，见 lib/viz.py 的 ``Details``）：摘要和表里的
+“10 个种子里 7 个”“都满足，最差的 0.966”这些话都由数据生成，不会和数字对不上；调用方的 title 只写这组结论讲的是什么
+（如“演示 3”），不写“每个种子都成立的”“只在一部分种子上出现的”。有不成立的就抛出 AssertionError，写明是哪一条、值是多少。
 环境变量 ``COURSE_CLAIMS_LOG`` 指向一个文件时，每次 ``check`` 还把结论追加进去（一行一个 JSON）：
 ``python -m lib.tools.sweep_report`` 用它把各页的结论汇总成 CONTRIBUTING.md 里的表。
 """
@@ -17,7 +19,7 @@ import json
 import os
 from dataclasses import asdict, dataclass
 
-from .viz import Table
+from .viz import Details, Table
 
 LOG_ENV = "COURSE_CLAIMS_LOG"  # 设了它，check() 把结论追加到这个文件（lib/tools/sweep_report.py 用）
 PAGE_ENV = "COURSE_NOTEBOOK"  # 日志里记的页面名（lib/tools/run_notebooks.py 执行每一页时设）
@@ -91,18 +93,51 @@ def sometimes(text: str, happened, at_least: int | None = None, at_most: int | N
     return Claim(text, "sometimes", values, at_least, at_most)
 
 
-def check(*claims: Claim, title: str | None = None) -> Table:
-    """把结论列成一张表（陈述、种子数、最不利的值或出现次数、要求、余量）；有不成立的就 AssertionError。"""
+def check(*claims: Claim, title: str | None = None) -> Details:
+    """把结论列成一张表（结论、结果、要求），收在一行摘要下面；有不成立的就 AssertionError。"""
     claims = [c for group in claims for c in (group if isinstance(group, (list, tuple)) else [group])]
     _log(claims, title)
-    table = Table([[c.text, len(c.values), c.shown(), c.bound(), _number(c.margin), "✓" if c.holds else "✗"]
-                   for c in claims], ["结论", "个数", "最不利的值 / 出现次数", "要求", "余量", ""], title=title)
+    table = Table([[c.text, _result(c), _requirement(c), "✓" if c.holds else "✗"] for c in claims],
+                  ["结论", "结果", "要求", ""])
     failed = [c for c in claims if not c.holds]
     if failed:
         raise AssertionError("这些结论不成立：\n" + "\n".join(
             f"- {c.text}：{c.shown()}（要求 {c.bound()}；全部的值 {[round(v, 4) for v in c.values]}）" for c in failed)
             + "\n\n" + repr(table))
-    return table
+    return Details(_summary(claims, title), table)
+
+
+def _result(c: Claim) -> str:
+    """表里“结果”一格，用学生的话：“10 个种子里 7 个”“10 个都满足，最差的 0.966”。"""
+    n = len(c.values)
+    if c.kind == "sometimes":
+        k = int(c.observed)
+        return f"{n} 个种子里 {k} 个" + ("，全部" if k == n else "，一个也没有" if k == 0 else "")
+    return (f"全部 {n} 个都满足，最差的 {_number(c.observed)}" if c.holds
+            else f"最差的 {_number(c.observed)}，不满足")
+
+
+def _requirement(c: Claim) -> str:
+    if c.kind == "sometimes":
+        lo, hi = c.low, c.high
+        if lo is not None and hi is not None:
+            return f"{int(lo)}–{int(hi)} 个"
+        return f"至少 {int(lo)} 个" if lo is not None else f"至多 {int(hi)} 个"
+    return "每个都" + (f"在 {c.bound()} 里" if c.bound().startswith("[") else f" {c.bound()}")
+
+
+def _summary(claims: list, title: str | None) -> str:
+    """页面上看得见的那一行：这组结论在多少个种子上怎样，数字来自数据。"""
+    one = claims[0]
+    if len(claims) == 1:
+        text = f"{_result(one)}（要求{_requirement(one)}）"
+    elif all(c.kind == "always" for c in claims):
+        text = f"{len(claims)} 条结论，每条在每个种子上都满足"
+    elif all(c.kind == "sometimes" for c in claims):
+        text = f"{len(claims)} 条结论出现的次数都在要求之内"
+    else:
+        text = f"{len(claims)} 条结论都满足"
+    return (f"{title}：" if title else "") + text + " · 点开看每条"
 
 
 def _log(claims, title) -> None:

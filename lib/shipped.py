@@ -223,7 +223,8 @@ class ShippedResults:
             where = self.path
         parts = []
         if n["shipped"]:
-            parts.append(f"{n['shipped']} 次训练的结果来自随仓库发布的 {where}（在课程维护者的机器上训练）")
+            parts.append(f"这 {n['shipped']} 次训练用的是课程预先训练好的结果（{where.name}；"
+                         "把 RETRAIN 改成 True 就在你的机器上重新训练）")
         if n["trained"]:
             why = ("RETRAIN = True" if self.retrain else f"{WRITE_ENV}=1：重新生成随仓库发布的结果" if self.write
                    else f"{self.tensor_path.name} 缺失或读不了" if self.tensors_broken

@@ -39,6 +39,32 @@ class Table:
         return f"<table>{cap}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
+class Details:
+    """一段“点开才看”的证据：JupyterLab 和网页上是一行摘要（summary），点一下展开里面的表或文字。
+
+    items：Table、别的有 _repr_html_ 的对象，或字符串（原样当 HTML 片段）。纯文本输出（nbval 核对的那一份）是
+    摘要一行，再接每一项的文字。页面上的约定见 CONTRIBUTING.md 的“证据点开才看”。
+    """
+
+    def __init__(self, summary: str, *items):
+        self.summary = summary
+        self.items = items
+
+    def __repr__(self):
+        return "\n\n".join([f"▸ {self.summary}", *(i if isinstance(i, str) else repr(i) for i in self.items)])
+
+    def _repr_html_(self):
+        body = "".join(i if isinstance(i, str) else i._repr_html_() if hasattr(i, "_repr_html_")
+                       else f"<pre>{html.escape(repr(i))}</pre>" for i in self.items)
+        return (f'<details class="evidence"><summary>{html.escape(self.summary)}</summary>'
+                f"<div>{body}</div></details>")
+
+
+def details(summary: str, *items) -> Details:
+    """把表或文字收进一行可以点开的摘要：``details("10 个种子的准确率", table)``。"""
+    return Details(summary, *items)
+
+
 def show_heatmaps(matrices, row_labels=None, col_labels=None, titles=None, ncols: int = 4,
                   cmap: str = "viridis", vmin=0.0, vmax=None, figsize_per=(3.0, 3.0), suptitle=None,
                   xlabel=None, ylabel=None):

@@ -27,9 +27,23 @@ def test_sometimes_counts_the_seeds_where_it_happened():
 def test_check_shows_a_table_and_names_every_failed_claim():
     table = check(always("每个种子都至少 0.9", [0.95], low=0.9), [sometimes("有时", [1, 0], at_least=1)], title="演示")
     text = repr(table)
-    assert "每个种子都至少 0.9" in text and "1 / 2" in text and "✓" in text and text.startswith("演示")
+    assert "每个种子都至少 0.9" in text and "2 个种子里 1 个" in text and "✓" in text and text.startswith("▸ 演示")
     with pytest.raises(AssertionError, match="全对：0.600.*要求 ≥ 0.98"):
         check(always("全对", [1.0, 0.6], low=0.98), always("别的", [1.0], low=0.5))
+
+
+def test_the_visible_line_and_the_table_speak_a_students_words_made_from_the_data():
+    """摘要和“结果”一格由数据生成：10/10 写“全部”、0/10 写“一个也没有”，不会出现“只在一部分种子上”配 10/10。"""
+    every = check(sometimes("三个目标全对", [1] * 10, at_least=7), title="3 个头")
+    assert every.summary.startswith("3 个头：10 个种子里 10 个，全部（要求至少 7 个）")
+    never = repr(check(sometimes("卡住", [0] * 10, at_most=4)))
+    assert "10 个种子里 0 个，一个也没有" in never and "至多 4 个" in never
+    worst = check(always("最差的目标", [0.97, 0.95, 0.99], low=0.9))
+    assert worst.summary.startswith("全部 3 个都满足，最差的 0.950（要求每个都 ≥ 0.9）")
+    html = worst._repr_html_()
+    assert html.startswith('<details class="evidence"><summary>') and "<th>结果</th>" in html
+    for reviewer_word in ("余量", "最不利的值", "个数"):
+        assert reviewer_word not in repr(worst) + html
 
 
 def test_claims_without_values_or_bounds_are_refused():

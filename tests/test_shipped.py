@@ -97,7 +97,7 @@ def test_write_then_read_gives_the_same_values_without_training(tmp_path, monkey
     results = ShippedResults("nb", directory=tmp_path)
     assert results.get(fn, 5) == written == {"seed": 5, "loss": [0.30000000000000004, [1, 2]]}  # 元组经 JSON 成列表
     assert fn.__globals__["Log"].calls == [5]  # 第二次没有训练
-    assert "1 次训练的结果来自随仓库发布的" in results.describe()
+    assert "这 1 次训练用的是课程预先训练好的结果（results.json；把 RETRAIN 改成 True" in results.describe()
     assert results.describe() == "还没有取任何结果"  # describe() 之后重新计数
     assert json.loads((tmp_path / "results.json").read_text(encoding="utf-8"))  # 合法的 JSON
 
@@ -131,7 +131,7 @@ def test_tensors_in_a_result_come_back_bit_for_bit_from_results_pt(tmp_path, mon
     fresh = ShippedResults("nb", retrain=True, directory=tmp_path).get(fn, 4)  # 现场训练，不经过文件
     results = ShippedResults("nb", directory=tmp_path)
     read = results.get(fn, 4)
-    assert "1 次训练的结果来自随仓库发布的" in results.describe()
+    assert "这 1 次训练用的是课程预先训练好的结果（results.json；把 RETRAIN 改成 True" in results.describe()
     for value in (written, fresh):
         assert read.keys() == value.keys() and read["losses"] == value["losses"] == [1.5, 0.5]
         assert all(torch.equal(read["state_dict"][k], value["state_dict"][k]) for k in value["state_dict"])

@@ -18,6 +18,7 @@ import nbformat
 from nbclient import NotebookClient
 
 from lib.claims import PAGE_ENV
+from lib.tools.cell_marks import sync as sync_cell_marks
 
 
 def run(path: Path, timeout: int = 900, allow_errors: bool = False, write: bool = True) -> tuple[float, list[str]]:
@@ -35,6 +36,7 @@ def run(path: Path, timeout: int = 900, allow_errors: bool = False, write: bool 
               for i, cell in enumerate(nb.cells) if cell.cell_type == "code"
               for out in cell.get("outputs", []) if out.get("output_type") == "error"]
     if write:
+        sync_cell_marks(nb)  # 标签 hide-input 等 → JupyterLab 的收起标记（lib/tools/cell_marks.py）
         nbformat.write(nb, path)
     return elapsed, errors
 
