@@ -999,3 +999,36 @@ def test_visible_query_tests_catch_an_axis_only_answer(reference, grade_id):
     with pytest.raises(AssertionError):
         exec(test, ns)  # noqa: S102
     assert ec.grade(grade_id, _with(reference[nb1], AXIS_ONLY[grade_id]), 0)[0] < 1.0
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "source" / "exercises").glob("*.ipynb")), ids=lambda p: p.stem)
+def test_the_points_table_in_an_exercise_header_matches_its_graded_cells(path):
+    """第一个单元格的分值表（“| 练习 | 内容 | 分值 |”，最后一行“合计”）：各行加起来是合计，合计是评分单元格的分数之和。
+    加了或改了一个评分单元格而忘了改这张表，学生看到的分值就是错的。"""
+    nb = nbformat.read(path, as_version=4)
+    head = nb.cells[0].source
+    total = re.search(r"合计\s*\|\s*\*{0,2}(\d+)", head)
+    rows = [sum(int(x) for x in re.findall(r"\d+", cell)) for cell in
+            re.findall(r"^\|[^|\n]*\|[^|\n]*\|\s*([\d\s+]+)\s*\|\s*$", head, re.M)]
+    graded = sum(c.metadata.get("nbgrader", {}).get("points", 0) or 0 for c in nb.cells
+                 if c.metadata.get("nbgrader", {}).get("grade"))
+    assert total and rows, f"{path.name} 的第一个单元格里找不到分值表（最后一行“合计”）"
+    assert rows[-1] == int(total.group(1)) and sum(rows[:-1]) == rows[-1] == graded, (
+        f"{path.name}：分值表各行之和 {sum(rows[:-1])}、合计 {rows[-1]}、评分单元格的分数之和 {graded} 应该相同："
+        "改第一个单元格里的分值表")
+
+
+def test_the_exercise_map_in_the_grading_package_matches_the_notebooks():
+    """lib/grading/exercises/__init__.py 的表（讲义练习 → notebook → 模块）和 source/ 里的 grade_id、模块名一致。"""
+    import lib.grading.exercises as pkg
+    rows = re.findall(r"^([\d、]+)\s+(\d\d_\w+)\s+(\S+)", pkg.__doc__, re.M)
+    assert rows, "lib/grading/exercises/__init__.py 的文档字符串里找不到练习的表"
+    table = {nb: ({int(x) for x in ex.split("、")}, module) for ex, nb, module in rows}
+    for path in sorted((ROOT / "source" / "exercises").glob("*.ipynb")):
+        ids = [c.metadata.get("nbgrader", {}).get("grade_id", "") for c in nbformat.read(path, as_version=4).cells]
+        numbers = {int(m.group(1)) for gid in ids if (m := re.match(r"ex(\d+)", gid))}
+        assert path.stem in table and table[path.stem][0] == numbers, (
+            f"{path.stem}：grade_id 里的练习是 {sorted(numbers)}，lib/grading/exercises/__init__.py 的表里写的是 "
+            f"{sorted(table.get(path.stem, (set(),))[0])}：改那张表")
+        module = table[path.stem][1]
+        assert module.startswith("没有模块") or (Path(pkg.__file__).parent / module.split("（")[0]).is_file(), (path.stem, module)

@@ -1162,7 +1162,10 @@ def test_table_covers_every_autograded_cell_with_alternatives_mistakes_and_half_
     for gid, check in ec.CHECKS.items():
         full = [sid for sid, g, want, _ in rows if g == gid and want == check.points]
         less = [sid for sid, g, want, _ in rows if g == gid and want is not None and want < check.points]
-        assert len(full) >= 2 and less, (gid, full, less)
+        assert len(full) >= 2 and less, (
+            f"{gid}：公平性的表里要有至少两份满分、写法不同的答案（现在 {full}）和至少一份只得部分分的答案（现在 {less}）："
+            f"在 SUBMISSIONS 里加答案（键是答题单元格的 grade_id，例如 '{gid}_answer'），在 TABLE 里加行"
+            f"（提交编号、测试单元格的 grade_id '{gid}'、期望的分数、理由），见 CONTRIBUTING.md 的“怎样加一道练习”")
         assert all(0 <= want <= check.points for _, g, want, _ in rows if g == gid)
     assert len({(sid, gid) for sid, gid, *_ in rows}) == len(rows), "表里有重复的行"
     for sid, gid, *_ in AGREE + HINTS:

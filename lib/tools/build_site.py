@@ -257,7 +257,7 @@ PARTS = [
     Part("docs", "教师与助教", "给讲课的老师、助教和维护者：讲义和课程在哪里不一样、怎样评分和导出成绩、怎样在 JupyterHub "
          "上开课、怎样发布这个网站、改了代码之后运行什么。学生用不到这一部分。", pattern="*.md",
          order=("lecture_differences", "ta_guide", "lms", "class_report", "jupyterhub", "site", "faq", "maintainer",
-                "sweep_tables"),
+                "sweep_tables", "design_notes"),
          extra=("CONTRIBUTING.md",)),
 ]
 PREPARE = {".ipynb": _prepare_notebook, ".md": _prepare_markdown}

@@ -3,6 +3,19 @@ nb03_ex5.py 是 notebook 03（03_positions_and_rope.ipynb）= 练习 5：它的 
 notebook 01 = 练习 1 和练习 4。按哪个编号都找得到一道检查（grade_id 永远用讲义的练习编号，学生手里的 notebook 带着它，
 不改名）。lib/public_tests/ 里同名的模块是同一个 notebook 的公开测试。
 
+讲义的练习在哪个 notebook（模块名只写自动评分的练习；人工评分的练习没有检查代码）：
+
+==========  ======================================  =========================================
+讲义练习    notebook                                模块
+==========  ======================================  =========================================
+1、4        01_attention_by_hand                    nb01_ex1_ex4.py
+2、3        02_scaling_and_equivariance             nb02_ex2_ex3.py（练习 3 的证明人工评分）
+5           03_positions_and_rope                   nb03_ex5.py
+6、7、9     04_blocks_and_cost                      nb04_ex6_ex7.py（练习 9 人工评分：没有检查）
+8、11       05_masks_and_kv_cache                   nb05_ex8_ex11.py
+10          06_hands_on                             没有模块（整道题人工评分）
+==========  ======================================  =========================================
+
 一个模块有三段（用两行注释分开，见 CONTRIBUTING.md 的“怎样加一道练习”）：
 
 1. 文件开头的导入：只在评分进程里执行（从 lib.grading.exercise_checks、lib.grading.probes 导入工具）；
