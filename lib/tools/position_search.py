@@ -7,6 +7,7 @@
     nice -n 10 python -m lib.tools.position_search            # 训练缺的（本机缓存 .cache/experiments/），写 JSON、打印表
     python -m lib.tools.position_search --table               # 只把已有的读数打印成表（CONTRIBUTING.md 里的那张）
     python -m lib.tools.position_search --only rope_base10    # 只跑一个设定
+    python -m lib.tools.position_search --ablate rope 0,1,2   # 拿掉 RoPE 的几个平面再测（CONTRIBUTING.md 里的第二张表）
 
 读数（测试集困惑度、每轮开发集困惑度、各长度的主谓一致准确率、找主语的头的权重）写在
 artifacts/11_mini_gpt/position_search.json，每行一个 (设定, 种子)，键里有设定和代码指纹：代码改了，旧读数不再算数。
@@ -112,11 +113,45 @@ def table(path=PATH) -> str:
     return "\n".join(lines)
 
 
+ABLATIONS = {"rope": ((4, 5, 6, 7), (0, 1, 2, 3)), "rope_base100": ((6, 7), (4, 5))}  # (几乎不转的平面, 别的平面)
+
+
+def without_planes(model, planes):
+    """和 notebook 11 的同名函数一样：把每层每个头在这些平面上的查询分量（W^Q 的两行和偏置）置零。"""
+    import copy
+
+    model = copy.deepcopy(model)
+    with torch.no_grad():
+        for block in model.blocks:
+            w, b, hs = block.attn.qkv_proj.weight, block.attn.qkv_proj.bias, block.attn.head_dim
+            for h in range(block.attn.n_heads):
+                for i in planes:
+                    for r in (hs * h + i, hs * h + i + hs // 2):
+                        w[r], b[r] = 0, 0
+    return model
+
+
+def ablate(arm: str, seeds) -> None:
+    """arm（ABLATIONS 的名字）每个种子：完整的模型、拿掉几乎不转的平面、拿掉别的平面，2–10 个修饰语的准确率。"""
+    from lib.agreement import agreement_table
+
+    torch.set_num_threads(1)
+    for seed in seeds:
+        model = ex.load_or_train(ex.arm_spec(arm, seed), progress=False).model
+        for name, planes in zip(("完整的模型", "拿掉几乎不转的平面", "拿掉别的平面"), ((), *ABLATIONS[arm])):
+            acc = agreement_table(without_planes(model, planes), (2, 4, 6, 8, 10))
+            print(f"{arm} 种子 {seed}，{name} {planes}：" + " / ".join(f"{a:.1%}" for a in acc.values()), flush=True)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m lib.tools.position_search", description=__doc__.splitlines()[0])
     parser.add_argument("--table", action="store_true", help="只打印已有读数的表")
     parser.add_argument("--only", nargs="*", help="只跑这些设定（SETTINGS 的名字）")
+    parser.add_argument("--ablate", nargs=2, metavar=("ARM", "SEEDS"), help="拿掉平面再测：组名（rope 或 rope_base100）和种子，如 0,1,2")
     args = parser.parse_args(argv)
+    if args.ablate:
+        ablate(args.ablate[0], [int(x) for x in args.ablate[1].split(",")])
+        return 0
     if not args.table:
         run(args.only or list(SETTINGS))
     print(table())
