@@ -275,14 +275,23 @@ def run_many(specs, cache_dir=DEFAULT_CACHE_DIR, use_cache: bool = True, workers
     return results
 
 
-def describe_sources(results) -> str:
-    """一行话：这些模型的权重从哪里来（随仓库发布 / 本机缓存 / 刚训练完）。"""
+def describe_sources(results, readings: dict | None = None) -> str:
+    """一句话：这些模型（和 sweep_readings 的读数，readings 是它返回的来源计数）从哪里来。"""
     n = {s: sum(r.source == s for r in results) for s in ("artifact", "cache", "trained")}
+    readings = readings or {"shipped": 0, "trained": 0}
     seconds = sum(r.history.get("seconds", 0.0) for r in results if r.source == "trained")
-    parts = {"artifact": f"{n['artifact']} 个模型的权重随仓库发布（{ARTIFACT_DIR.relative_to(REPO_ROOT)}/，在课程维护者的 CPU 上训练）",
-             "cache": f"{n['cache']} 个从本机缓存 .cache/experiments/ 取回",
-             "trained": f"{n['trained']} 个刚训练完（各次训练的用时相加 {seconds:.0f} s）"}
-    return "；".join(parts[s] for s in parts if n[s])
+    parts = []
+    if readings["shipped"] or n["artifact"]:
+        what = "、".join(x for x in (f"{readings['shipped']} 个模型的读数" if readings["shipped"] else "",
+                                     f"{n['artifact']} 个模型的权重" if n["artifact"] else "") if x)
+        parts.append(f"这页用的 {what}是课程预先训练好的（{ARTIFACT_DIR.relative_to(REPO_ROOT)}/；"
+                     "把 RETRAIN 改成 True 就在你的机器上重新训练）")
+    if n["cache"]:
+        parts.append(f"{n['cache']} 个模型从本机缓存 .cache/experiments/ 取回")
+    if n["trained"] or readings["trained"]:
+        parts.append(f"{n['trained'] + readings['trained']} 个模型刚在这台机器上训练完"
+                     + (f"（各次训练的用时相加 {seconds:.0f} s）" if n["trained"] else ""))
+    return "；".join(parts)
 
 
 def parameter_count(spec: RunSpec) -> int:
@@ -308,17 +317,30 @@ CONTROL_MODIFIER_PROBS = (0.4, 0.3, 0.2, 0.1, 0.1)
 # 只在 10 个种子的汇总里（没有随仓库发布的权重）：加了 dropout 的迷你 GPT（讲义代码 04 的 train_gpt 用 dropout），
 # 和缩到中间大小的正弦编码（位置向量长约 0.8，和训练后的词向量一样长）
 PE_SCALE_MID = 5 * PE_SCALE_MATCHED
+# §11.3 的设定搜索（lib/tools/position_search.py）里找到的两组：RoPE 的 base 从 10000（讲义 §5.4 的公式）换成 100、10。
+# base 10 时每个 16 维的头的 8 个角速度 10^(-2i/16) = 10000^(-2i/64)，正是 d = 64 的正弦编码最快的 8 个频率。
 SWEEP_ONLY_ARMS = {
     "learned_dropout": (("pos", "learned"), ("dropout", 0.1)),
     "sinusoidal_mid": (("pos", "sinusoidal"), ("pe_scale", PE_SCALE_MID)),
+    "rope_base100": (("pos", "rope"), ("rope_base", 100.0)),
+    "rope_base10": (("pos", "rope"), ("rope_base", 10.0)),
 }
 ARM_NAMES = {"learned": "可学习的位置嵌入", "sinusoidal": "正弦编码", "sinusoidal_small": "正弦编码 × 0.028",
-             "rope": "RoPE", "none": "无位置信息", "rnn": "RNN", "learned_4mod": "可学习的位置嵌入，训练句到 4 个修饰语",
-             "learned_dropout": "可学习的位置嵌入，dropout 0.1", "sinusoidal_mid": "正弦编码 × 0.14"}
+             "rope": "RoPE，base 10000", "none": "无位置信息", "rnn": "RNN", "learned_4mod": "可学习的位置嵌入，训练句到 4 个修饰语",
+             "learned_dropout": "可学习的位置嵌入，dropout 0.1", "sinusoidal_mid": "正弦编码 × 0.14",
+             "rope_base100": "RoPE，base 100", "rope_base10": "RoPE，base 10"}
 NOTEBOOK_SEEDS = (0, 1, 2)  # notebook 11 里逐题、逐句地看的模型：它们的权重随仓库发布
 NOTEBOOK_ARMS = ("learned", "rnn", "none", "learned_4mod")  # 这几组在 notebook 11 里要用到模型本身
+# 另外随仓库发布的模型：§11.4 的图里唯一有偏向干扰名词的头的种子（按 sweep.json 的读数选出）；§11.3 里拿掉
+# RoPE 的几个平面再测主谓一致的那个 base 100 的模型
+EXTRA_NOTEBOOK_RUNS = (("learned", 4), ("rope_base100", 0))
 SWEEP_SEEDS = tuple(range(10))  # 10 个种子的汇总：每组每个种子的全部读数（结论按它们检查）
 SWEEP_ARMS = (*ARMS, "rnn", "learned_4mod", *SWEEP_ONLY_ARMS)
+
+
+def notebook_keys() -> list[tuple[str, int]]:
+    """notebook 11 要用到模型本身的 (组, 种子)：它们的权重随仓库发布。"""
+    return [(arm, seed) for arm in NOTEBOOK_ARMS for seed in NOTEBOOK_SEEDS] + list(EXTRA_NOTEBOOK_RUNS)
 
 
 def arm_spec(arm: str, seed: int) -> RunSpec:
@@ -386,7 +408,7 @@ def artifact_problems(directory=ARTIFACT_DIR) -> list[str]:
         return [f"训练代码或数据生成器改过了（代码指纹 {old} → {now}）：随仓库发布的 {len(manifest.get('runs', {}))} 个"
                 f"模型全部过期。请运行 {REGENERATE_ALL}"]
     return [f"{arm} 种子 {seed}：发布的权重里没有这个设定，或文件和清单不符（请运行 {REGENERATE_ALL}）"
-            for arm in NOTEBOOK_ARMS for seed in NOTEBOOK_SEEDS if load_artifact(arm_spec(arm, seed), directory) is None]
+            for arm, seed in notebook_keys() if load_artifact(arm_spec(arm, seed), directory) is None]
 
 
 def notebook_runs(keys, retrain: bool = False, workers: int = 2, progress: bool = True, desc: str = "training",
@@ -403,30 +425,41 @@ def notebook_runs(keys, retrain: bool = False, workers: int = 2, progress: bool 
 
 
 def write_artifact(directory=ARTIFACT_DIR, workers: int = 2, device="cpu", cache_dir=DEFAULT_CACHE_DIR) -> dict:
-    """训练（或从本机缓存取回）notebook 11 的全部模型，每组写一个文件（float32 权重 + history），再写清单。"""
-    keys = [(arm, seed) for arm in NOTEBOOK_ARMS for seed in NOTEBOOK_SEEDS]
-    results = dict(zip(keys, run_many([arm_spec(*key) for key in keys], cache_dir, workers=workers, device=device,
-                                      desc="notebook 11 artifact")))
-    (directory := Path(directory)).mkdir(parents=True, exist_ok=True)
+    """notebook 11 的全部模型（notebook_keys()），每组写一个文件（float32 权重 + history），再写清单。
+
+    已经发布、键还对得上的模型照原样留下（键里有代码指纹：代码一改就全部重新训练）；一个文件里的模型都没变时，
+    文件本身也不重写。其余的训练（或从本机缓存取回）。"""
+    directory = Path(directory)
+    keys = notebook_keys()
+    old = read_manifest(directory) or {}
+    results = {key: load_artifact(arm_spec(*key), directory) for key in keys}
+    missing = [key for key in keys if results[key] is None]
+    results.update(zip(missing, run_many([arm_spec(*key) for key in missing], cache_dir, workers=workers,
+                                         device=device, desc="notebook 11 artifact")))
+    directory.mkdir(parents=True, exist_ok=True)
     manifest = {"format": 1, "code_fingerprint": code_fingerprint(), "regenerate": REGENERATE,
-                "trained_on": {"device": torch.device(device).type, "torch": torch.__version__,
-                               "python": sys.version.split()[0]}, "files": {}, "runs": {}}
-    for arm in NOTEBOOK_ARMS:
-        blob = {}
-        for seed in NOTEBOOK_SEEDS:
-            r = results[arm, seed]
-            key = artifact_key(r.spec)
-            blob[key] = {"spec": r.spec.to_dict(), "state_dict": {k: v.float() for k, v in r.model.state_dict().items()},
-                         "loss": torch.tensor(r.history["loss"], dtype=torch.float32),
-                         "lr": torch.tensor(r.history["lr"], dtype=torch.float64),
-                         "dev_ppl": list(r.history["dev_ppl"]), "seconds": float(r.history["seconds"])}
-            manifest["runs"][key] = {"arm": arm, "seed": seed, "file": f"{arm}.pt"}
+                "trained_on": old.get("trained_on") if not missing else
+                {"device": torch.device(device).type, "torch": torch.__version__, "python": sys.version.split()[0]},
+                "files": {}, "runs": {}}
+    for arm in dict.fromkeys(arm for arm, _ in keys):
+        runs = {artifact_key(results[a, seed].spec): (seed, results[a, seed]) for a, seed in keys if a == arm}
         path = directory / f"{arm}.pt"
-        torch.save(blob, path)
+        unchanged = (path.name in old.get("files", {}) and all(results[arm, seed].source == "artifact" for seed, _ in runs.values())
+                     and {k for k, e in old.get("runs", {}).items() if e["file"] == path.name} == set(runs))
+        if not unchanged:
+            torch.save({key: _artifact_entry(r) for key, (_, r) in runs.items()}, path)
         manifest["files"][path.name] = {"sha256": _sha256(path), "bytes": path.stat().st_size}
+        manifest["runs"].update({key: {"arm": arm, "seed": seed, "file": path.name} for key, (seed, _) in runs.items()})
     (directory / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     _artifact_file.cache_clear()
     return manifest
+
+
+def _artifact_entry(r: RunResult) -> dict:
+    return {"spec": r.spec.to_dict(), "state_dict": {k: v.float() for k, v in r.model.state_dict().items()},
+            "loss": torch.tensor(r.history["loss"], dtype=torch.float32),
+            "lr": torch.tensor(r.history["lr"], dtype=torch.float64),
+            "dev_ppl": list(r.history["dev_ppl"]), "seconds": float(r.history["seconds"])}
 
 
 # --- 10 个种子的汇总：每组每个种子的全部读数（不存权重，只存 evaluate_run 读出的数） ------------------
@@ -475,16 +508,19 @@ def _from_json(x):
     return x
 
 
-def _worker_readings(spec: RunSpec, cache_dir, use_cache: bool, device) -> dict:
-    """子进程里：训练（或从本机缓存取回）一次，读出 evaluate_run 的全部读数（1 个线程）。"""
+def _worker_readings(spec: RunSpec, cache_dir, use_cache: bool, device, shipped_ok: bool = False) -> tuple[dict, str]:
+    """子进程里：读出一个模型的 evaluate_run 的全部读数（1 个线程），和模型从哪里来。shipped_ok 时，权重随仓库发布的
+    模型（notebook_keys()）就读那份权重：页面上看的模型和表里的读数是同一个；否则训练（或从本机缓存取回）。"""
     torch.set_num_threads(1)
-    run = load_or_train(spec, cache_dir, use_cache=use_cache, progress=False, device=device)
-    return _to_json(evaluate_run(run))
+    run = load_artifact(spec) if shipped_ok else None
+    run = run or load_or_train(spec, cache_dir, use_cache=use_cache, progress=False, device=device)
+    return _to_json(evaluate_run(run)), run.source
 
 
 def sweep_readings(arms=None, seeds=None, retrain: bool = False, workers: int = 2,
                    path=SWEEP_FILE, cache_dir=DEFAULT_CACHE_DIR, use_cache: bool = True, progress: bool = True):
-    """{(组, 种子): evaluate_run 的读数}，以及来源的一句话（arms、seeds 默认 SWEEP_ARMS、SWEEP_SEEDS）。
+    """{(组, 种子): evaluate_run 的读数}，以及来源 {"shipped": 取自 path 的个数, "trained": 刚训练、读数的个数}
+    （给 describe_sources；arms、seeds 默认 SWEEP_ARMS、SWEEP_SEEDS）。
     默认取随仓库发布的 sweep.json（键对得上的）；
     retrain=True（或环境变量 COURSE_RETRAIN=1）、或键对不上时在这台机器上训练并读数（workers 个进程）。"""
     from .transformer import _progress
@@ -497,25 +533,26 @@ def sweep_readings(arms=None, seeds=None, retrain: bool = False, workers: int = 
     out = {} if retrain else {key: _from_json(stored[sweep_key(specs[key])]["readings"])
                               for key in keys if sweep_key(specs[key]) in stored}
     missing = [key for key in keys if key not in out]
-    device = default_device()
+    device, trained = default_device(), 0
     if missing:
         bar = _progress(range(len(missing)), len(missing), f"10-seed sweep ({len(missing)} runs)", progress)
         with ProcessPoolExecutor(max(1, min(workers, len(missing))), mp_context=multiprocessing.get_context("spawn")) as pool:
-            futures = {pool.submit(_worker_readings, specs[key], cache_dir, use_cache, device): key for key in missing}
+            futures = {pool.submit(_worker_readings, specs[key], cache_dir, use_cache, device, not retrain): key
+                       for key in missing}
             for fut in as_completed(futures):
-                out[futures[fut]] = _from_json(fut.result())
+                reading, where = fut.result()
+                out[futures[fut]] = _from_json(reading)
+                trained += where != "artifact"
                 bar.update(1)
         bar.close()
-    n_shipped = len(keys) - len(missing)
-    source = "；".join(part for part in (
-        f"{n_shipped} 个读数来自随仓库发布的 {Path(path).name}（在课程维护者的 CPU 上训练、读数）" if n_shipped else "",
-        f"{len(missing)} 个刚在这台机器上训练、读数" if missing else "") if part)
-    return {key: out[key] for key in keys}, source
+    return {key: out[key] for key in keys}, {"shipped": len(keys) - trained, "trained": trained}
 
 
 def write_sweep(path=SWEEP_FILE, workers: int = 2, use_cache: bool = True, cache_dir=DEFAULT_CACHE_DIR) -> dict:
-    """训练（或从本机缓存取回）SWEEP_ARMS × SWEEP_SEEDS，读数，写出 sweep.json（每个模型一行）。"""
-    readings, _ = sweep_readings(retrain=True, workers=workers, path=path, cache_dir=cache_dir, use_cache=use_cache)
+    """SWEEP_ARMS × SWEEP_SEEDS 的读数，写出 sweep.json（每个模型一行）。path 里键还对得上的读数照原样留下
+    （键里有训练和测量代码的指纹）；其余的训练（或从本机缓存取回）、读数。use_cache=False：全部重新训练、读数。"""
+    readings, _ = sweep_readings(retrain=not use_cache, workers=workers, path=path, cache_dir=cache_dir,
+                                 use_cache=use_cache)
     runs = {sweep_key(arm_spec(*key)): {"arm": key[0], "seed": key[1], "readings": _to_json(r)}
             for key, r in readings.items()}
     head = {"format": 1, "code_fingerprint": code_fingerprint(), "readings_fingerprint": readings_fingerprint(),

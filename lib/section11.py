@@ -36,6 +36,19 @@ def agreement_summary(sweep: dict, arms, seeds, modifiers=LENGTH_MODIFIERS, lect
     return Table(rows, ["", ""] + [f"{k} 个" for k in modifiers], title=title)
 
 
+def length_table(sweep: dict, arms, seeds, lecture: dict, title: str | None = None) -> Table:
+    """讲义 §11.3 的表的样子：每组一行（讲义给了数的组，讲义一行、本课程一行），列是 0~3（最差的一档）、4、6、8、10 个
+    修饰语；本课程的格子是“平均（最小–最大）”。lecture：{组: [0~3, 4, 6, 8, 10]}。"""
+    rows = []
+    for arm in arms:
+        if arm in lecture:
+            rows.append([ARM_NAMES[arm], "讲义（2 个种子）"] + [f"{v:.1%}" for v in lecture[arm]])
+        worst_03 = [min(sweep[arm, s]["agreement"][k] for k in (0, 1, 2, 3)) for s in seeds]
+        rows.append([ARM_NAMES[arm], f"本课程（{len(seeds)} 个种子）", spread(worst_03, ".1%")]
+                    + [spread([sweep[arm, s]["agreement"][k] for s in seeds], ".1%") for k in (4, 6, 8, 10)])
+    return Table(rows, ["", "", "0~3 个", "4 个", "6 个", "8 个", "10 个"], title=title)
+
+
 def band(by_position: dict, positions) -> float:
     """几个位置合在一起的准确率（按题数加权）；by_position：{位置: (题数, 准确率)}。"""
     n = sum(by_position[p][0] for p in positions if p in by_position)

@@ -51,7 +51,7 @@ def notebook_11_runs() -> tuple[int, int]:
 
 def notebook_11_models() -> int:
     from lib import experiments
-    return len(experiments.NOTEBOOK_ARMS) * len(experiments.NOTEBOOK_SEEDS)
+    return len(experiments.notebook_keys())
 
 
 def mini_gpt_steps() -> int:
@@ -78,7 +78,7 @@ NUMBERS = [
     ("CONTRIBUTING.md", r"notebook 11's (\d+) models", lambda: notebook_11_runs()[0] * notebook_11_runs()[1],
      "lib/experiments.py 的 SWEEP_ARMS × SWEEP_SEEDS"),
     ("docs/faq.md", r"页面要逐题、逐句看的 (\d+) 个模型的权重", notebook_11_models,
-     "lib/experiments.py 的 NOTEBOOK_ARMS × NOTEBOOK_SEEDS"),
+     "lib/experiments.py 的 notebook_keys()（NOTEBOOK_ARMS × NOTEBOOK_SEEDS 加 EXTRA_NOTEBOOK_RUNS）"),
     ("CONTRIBUTING.md", r"a mini GPT is ([\d,]+) steps", mini_gpt_steps, "lib/experiments.py 的 RunSpec.steps"),
     *[("docs/faq.md", rf"{label} (\d+) 次", lambda page=page: shipped_trainings(page), f"artifacts/{page}/results.json")
       for label, page in (("notebook 06 的", "06_multihead_attention"), ("07 的", "07_transformer_block"),
