@@ -8,7 +8,7 @@
   （“10 个种子里有 4 个”）。检查的是次数落在界限里，不是每个种子都一样。
 
 ``check(...)`` 把结论列成一张表，收在一行摘要下面（页面上点开才看，见 lib/viz.py 的 ``Details``）：摘要和表里的
-“10 个种子里 7 个”“都满足，最差的 0.966”这些话都由数据生成，不会和数字对不上；调用方的 title 只写这组结论讲的是什么
+“10 个种子里 7 个”“都满足，最小的 0.966”这些话都由数据生成，不会和数字对不上；调用方的 title 只写这组结论讲的是什么
 （如“演示 3”），不写“每个种子都成立的”“只在一部分种子上出现的”。有不成立的就抛出 AssertionError，写明是哪一条、值是多少。
 环境变量 ``COURSE_CLAIMS_LOG`` 指向一个文件时，每次 ``check`` 还把结论追加进去（一行一个 JSON）：
 ``python -m lib.tools.sweep_report`` 用它把各页的结论汇总成 docs/sweep_tables.md 里的表。
@@ -35,6 +35,7 @@ class Claim:
     values: list
     low: float | None = None
     high: float | None = None
+    of: str = "个种子"  # "sometimes" 数的是什么：默认每个种子一次；(种子 × 例句) 这样的数写 "处"
 
     @property
     def observed(self) -> float:
@@ -85,12 +86,13 @@ def always(text: str, values, low: float | None = None, high: float | None = Non
     return Claim(text, "always", values, low, high)
 
 
-def sometimes(text: str, happened, at_least: int | None = None, at_most: int | None = None) -> Claim:
-    """频率结论：happened 是每个种子上这件事有没有出现（True / False），出现的次数要在 [at_least, at_most] 里。"""
+def sometimes(text: str, happened, at_least: int | None = None, at_most: int | None = None, of: str = "个种子") -> Claim:
+    """频率结论：happened 是每个种子上这件事有没有出现（True / False），出现的次数要在 [at_least, at_most] 里。
+    of：数的单位，默认“个种子”；一个种子数几次时（例如 10 个种子 × 2 个例句）写 of="处"，表里就是“20 处里 6 处”。"""
     values = [int(bool(h)) for h in happened]
     if not values or (at_least is None and at_most is None):
         raise ValueError(f"结论 {text!r}：要给出每个种子的结果和至少一个界限")
-    return Claim(text, "sometimes", values, at_least, at_most)
+    return Claim(text, "sometimes", values, at_least, at_most, of)
 
 
 def check(*claims: Claim, title: str | None = None) -> Details:
@@ -108,21 +110,24 @@ def check(*claims: Claim, title: str | None = None) -> Details:
 
 
 def _result(c: Claim) -> str:
-    """表里“结果”一格，用学生的话：“10 个种子里 7 个”“10 个都满足，最差的 0.966”。"""
+    """表里“结果”一格，用学生的话：“10 个种子里 7 个”“全部 10 个都满足，最小的 0.966”（只有下界时说最小的，
+    只有上界时说最大的：离界限最近的那个种子）。"""
     n = len(c.values)
     if c.kind == "sometimes":
-        k = int(c.observed)
-        return f"{n} 个种子里 {k} 个" + ("，全部" if k == n else "，一个也没有" if k == 0 else "")
-    return (f"全部 {n} 个都满足，最差的 {_number(c.observed)}" if c.holds
-            else f"最差的 {_number(c.observed)}，不满足")
+        k, measure = int(c.observed), c.of.strip()[0]  # “个种子”里数“个”，“处”里数“处”
+        return f"{n} {c.of}里 {k} {measure}" + ("，全部" if k == n else "，一个也没有" if k == 0 else "")
+    which = ("最接近界限的" if c.low is not None and c.high is not None else "最小的" if c.low is not None else "最大的")
+    return (f"全部 {n} 个都满足，{which} {_number(c.observed)}" if c.holds
+            else f"{which} {_number(c.observed)}，不满足")
 
 
 def _requirement(c: Claim) -> str:
     if c.kind == "sometimes":
         lo, hi = c.low, c.high
+        measure = c.of.strip()[0]
         if lo is not None and hi is not None:
-            return f"在 {int(lo)}–{int(hi)} 个之间"
-        return f"至少 {int(lo)} 个" if lo is not None else f"至多 {int(hi)} 个"
+            return f"在 {int(lo)}–{int(hi)} {measure}之间"
+        return f"至少 {int(lo)} {measure}" if lo is not None else f"至多 {int(hi)} {measure}"
     return "每个都" + (f"在 {c.bound()} 里" if c.bound().startswith("[") else f" {c.bound()}")
 
 

@@ -10,9 +10,10 @@ from .viz import Table
 
 
 def spread(values, fmt: str = ".3f") -> str:
-    """“平均（最小–最大）”。"""
+    """“平均（最小–最大）”；每个种子都一样（按 fmt 四舍五入之后）时只写一个数，表就窄得多（手机上、投影时）。"""
     mean = sum(values) / len(values)
-    return f"{mean:{fmt}}（{min(values):{fmt}}–{max(values):{fmt}}）"
+    low, high = format(min(values), fmt), format(max(values), fmt)
+    return format(mean, fmt) if low == high else f"{mean:{fmt}}（{low}–{high}）"
 
 
 def seeds_table(seeds, rows: dict, fmt: str = ".3f", title: str | None = None, first: str = "") -> Table:

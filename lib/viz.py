@@ -106,7 +106,8 @@ def show_heatmaps(matrices, row_labels=None, col_labels=None, titles=None, ncols
 def _signed(x, fmt: str) -> str:
     """带符号的差：+0.03、−0.10；四舍五入之后是 0 的差写成 +0.0000，不写 -0.0000。"""
     text = format(x, "+" + fmt.lstrip("+"))
-    return "+" + text[1:] if text.startswith("-") and float(text) == 0 else text
+    rounded_to_zero = not any(ch in "123456789" for ch in text.split("e")[0])  # -0.0000、-0.0%、-0：只有 0
+    return "+" + text[1:] if text.startswith("-") and rounded_to_zero else text
 
 
 def vs_lecture(ours, lecture, *, tol, columns=None, fmt=".3f", title=None, row_header=""):

@@ -39,7 +39,7 @@ def test_the_visible_line_and_the_table_speak_a_students_words_made_from_the_dat
     never = repr(check(sometimes("卡住", [0] * 10, at_most=4)))
     assert "10 个种子里 0 个，一个也没有" in never and "至多 4 个" in never
     worst = check(always("最差的目标", [0.97, 0.95, 0.99], low=0.9))
-    assert worst.summary.startswith("全部 3 个都满足，最差的 0.950（要求每个都 ≥ 0.9）")
+    assert worst.summary.startswith("全部 3 个都满足，最小的 0.950（要求每个都 ≥ 0.9）")
     html = worst._repr_html_()
     assert html.startswith('<details class="evidence"><summary>') and "<th>结果</th>" in html
     for reviewer_word in ("余量", "最不利的值", "个数"):
@@ -64,3 +64,17 @@ def test_check_appends_to_the_log_when_asked(tmp_path, monkeypatch):
     assert [(r["page"], r["text"], r["holds"]) for r in rows] == [("07_transformer_block", "a", True),
                                                                   ("07_transformer_block", "b", False)]
     assert rows[0]["values"] == [1.0, 2.0] and rows[0]["margin"] == 0.5 and rows[0]["title"] == "t"
+
+
+def test_a_frequency_over_seeds_and_examples_counts_places_not_seeds():
+    """10 个种子 × 2 个例句是 20 处，不是“20 个种子”（一位讲课的老师会被学生问住）。"""
+    text = repr(check(sometimes("找主语的头看主语（种子 × 例句）", [1] * 14 + [0] * 6, at_least=12, of="处")))
+    assert "20 处里 14 处" in text and "至少 12 处" in text and "个种子" not in text
+    assert "10 个种子里 3 个" in repr(check(sometimes("x", [1, 1, 1] + [0] * 7, at_most=4)))
+
+
+def test_the_seed_nearest_the_bound_is_named_by_what_it_is():
+    """“最差的 0.495（要求 ≤ 0.7）”让学生以为 0.495 是个坏数：只有上界时说“最大的”，只有下界时说“最小的”。"""
+    assert "最大的 0.495" in check(always("较散的头", [0.3, 0.495], high=0.7)).summary
+    assert "最小的 0.956" in check(always("W 的差", [1.2, 0.956], low=0.1)).summary
+    assert "最接近界限的 0.04" in check(always("差", [0.01, 0.04], low=-0.05, high=0.05)).summary

@@ -97,3 +97,10 @@ def test_show_heatmaps_labels_axes_and_can_share_a_colour_scale():
     assert len({ax.images[0].get_clim() for ax in fig.axes if ax.images}) == 2, "不给 vmax：各用自己的色标"
     assert all(ax.get_xlabel() == "" for ax in fig.axes if ax.images)
     plt.close(fig)
+
+
+def test_a_difference_that_rounds_to_zero_has_no_minus_sign_in_any_format():
+    """−0.0000 和 −0.0% 都是“差为 0”：投影时一个负号会让人以为本课程偏小。"""
+    from lib.viz import _signed
+    assert _signed(-1e-5, ".4f") == "+0.0000" and _signed(-1e-4, ".1%") == "+0.0%"
+    assert _signed(-0.3, ".1%") == "-30.0%" and _signed(-1e-9, ".2e") == "-1.00e-09"

@@ -39,7 +39,7 @@ ORIGINALS = "originals"  # 下载用的原文件（网站那一份多了标题�
 # 手机上：长的代码名和公式不撑开整页（在自己的位置换行或横向滚动）；宽表的第一列（行名）不挤成两三个字一行，
 # 横向滚动时留在左边
 CSS = """
-.bd-article code, .bd-article .admonition { overflow-wrap: anywhere; }
+.bd-article code, .bd-article .admonition, .bd-article h1, .bd-article h2, .bd-article h3 { overflow-wrap: anywhere; }
 .bd-article .admonition code.literal, .bd-article .admonition code.literal span.pre,
 .bd-article details code.literal, .bd-article details code.literal span.pre {
   white-space: normal; word-break: break-all; }
