@@ -629,6 +629,39 @@ ADDED_MASK_2 = "(b) 加在列（键）上。(c) 因果掩码下真实的词本�
 
 PROOF = "$Q' = PQ$，$K' = PK$，$V' = PV$；打分变成 $PSP^\\top$，按行 softmax 和置换交换，所以 $SA(PX) = P\\,SA(X)$。加因果掩码后不成立。"
 
+# fe44 的新人试评（issue 44 之后）：这三种诚实的写法曾被标成 suspect，现在必须是 ok、满分
+QUERIES_DATACLASS = """\
+from dataclasses import dataclass
+
+
+@dataclass
+class QueryConfig:                     # 一个小配置对象：@dataclass 自己生成 __eq__（逐个字段比较）
+    scale: float = 10.0
+
+
+CFG = QueryConfig()
+
+
+def copy_query(K, a):
+    return CFG.scale * K[a]
+
+
+def average_query(K, a, b):
+    return CFG.scale * (K[a] + K[b])
+"""
+QUERIES_OWN_CHECK = queries_src("10.0 * K[a]", "10.0 * (K[a] + K[b])") + """
+# 我自己的小检查
+_K = np.eye(3)
+assert np.argmax(_K @ copy_query(_K, 1)) == 1
+print("my sanity test passed")
+"""
+OWN_PLOT = """\
+import matplotlib.pyplot as plt
+_, w = self_attention(np.random.default_rng(0).normal(size=(4, 3)), np.random.default_rng(1).normal(size=(4, 3)), np.eye(4))
+plt.imshow(w); plt.title("attention weights"); plt.show()
+print("row sums:", w.sum(-1))
+"""
+
 NB1, NB2, NB3, NB4, NB5 = ("01_attention_by_hand", "02_scaling_and_equivariance", "03_positions_and_rope",
                            "04_blocks_and_cost", "05_masks_and_kv_cache")
 SUBMISSIONS = {  # 学号 → (notebook, {答案单元格的 grade_id: 内容})
@@ -707,6 +740,11 @@ SUBMISSIONS = {  # 学号 → (notebook, {答案单元格的 grade_id: 内容})
     "f01_hand_sign": (NB1, {"ex1_hand_answer": HAND_SIGN}),
     # 讲义 §15 的答案 n + m（用缓存时把最后一个新词也送进模型）：“写讲义答案的学生从不丢分”
     "f05_lecture": (NB5, {"ex11_counts_answer": COUNTS_LECTURE}),
+    # fe44（issue 44 的新人试评）：@dataclass、自己检查过再打印一句“passed”、自己画一张图，都是诚实的写法
+    # "+code:after:GID"：在那个答案单元格的下面加一个学生自己的代码单元格
+    "f01_dataclass": (NB1, {"ex4_answer": QUERIES_DATACLASS}),
+    "f01_own_check": (NB1, {"ex4_answer": QUERIES_OWN_CHECK}),
+    "f01_plot": (NB1, {"+code:after:ex1_self_attention_answer": OWN_PLOT}),
 }
 
 # ============================================================================ 规格：期望的分数
@@ -836,6 +874,11 @@ f01_upstream     ex1_outputs             0      输出 = 自己的权重 × V：
 f01_upstream     ex4_average_query       0      平均时只指向 k_a：方向错（权重 1.000 / 0.000）
 f05_extra_prompt ex11_cached_generation  3      词元对；多送了一遍提示，处理的位置超过 n + m
 f05_lecture      ex11_counts             3      讲义的答案：用缓存时 n + m（最后一个新词也送进模型），也是满分
+f01_dataclass    ex4_copy_query          3      @dataclass 的配置对象给出 c = 10（dataclass 生成的 __eq__ 不是“和什么都相等”）
+f01_dataclass    ex4_average_query       3      同一个配置对象
+f01_own_check    ex4_copy_query          3      答题单元格里自己 assert 过再打印 “my sanity test passed”：不是伪造的“测试通过”
+f01_own_check    ex4_average_query       3      同上
+f01_plot         ex1_self_attention      8      答案下面自己画了注意力权重的图（matplotlib 不用再现场运行 fc-list 建字体缓存）
 f01_hand_rounded ex1_scores              2      讲义的 0.707 写成一位小数 0.7：在 ±0.01 之内
 f01_hand_rounded ex1_weights             2      0.8 / 0.2
 f01_hand_rounded ex1_outputs             2      0.8 / 0.2，列表
@@ -929,9 +972,11 @@ HINTS = [
 
 
 def expected_status(sid: str) -> str:
-    """诚实的提交都是 ok；答案写在新单元格里的（"+after:"/"+before:" 且不是空白）是 repaired：评分器把它移进了答题单元格。"""
+    """诚实的提交都是 ok；答案写在新的 Markdown 单元格里的（"+after:"/"+before:" 且不是空白）是 repaired：评分器把它
+    移进了答题单元格。学生自己加的代码单元格（"+code:"）原样留着，还是 ok。"""
     answers = SUBMISSIONS[sid][1]
-    return "repaired" if any(k.startswith("+") and answers[k].strip() for k in answers) else "ok"
+    moved = [k for k in answers if k.startswith("+") and not k.startswith("+code:") and answers[k].strip()]
+    return "repaired" if moved else "ok"
 
 
 def parse_table() -> list[tuple]:
@@ -958,14 +1003,17 @@ def build_zip(course: Path, path: Path) -> dict:
                     cell["source"] = answers[gf.gid(cell)]
             for key, text in answers.items():  # 学生自己加的单元格（JupyterLab 里选中答案单元格按 B / A）
                 if key.startswith("+"):
-                    where, gid = key[1:].strip().split(":")
+                    kind = "code" if key.startswith("+code:") else "markdown"
+                    where, gid = key.removeprefix("+code:").removeprefix("+").strip().split(":")
                     i = next(i for i, c in enumerate(nb["cells"]) if gf.gid(c) == gid)
                     at = i + 1 if where == "after" else i
                     while where == "after" and at < len(nb["cells"]) and not gf.gid(nb["cells"][at]) \
                             and nb["cells"][at].get("id", "").startswith("added-"):
                         at += 1  # 第二个新单元格加在第一个的下面
-                    nb["cells"].insert(at, {"cell_type": "markdown", "id": f"added-{len(nb['cells'])}",
-                                            "metadata": {}, "source": text})
+                    cell = {"cell_type": kind, "id": f"added-{len(nb['cells'])}", "metadata": {}, "source": text}
+                    if kind == "code":
+                        cell.update(outputs=[], execution_count=None)
+                    nb["cells"].insert(at, cell)
             plain = {k for k in answers if not k.startswith("+")}
             assert {gf.gid(c) for c in nb["cells"]} >= plain, sid
             zf.writestr(f"{sid}/{notebook}.ipynb", gf.dump(nb))

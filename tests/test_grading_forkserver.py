@@ -104,7 +104,7 @@ def test_fork_server_refuses_a_process_that_is_not_the_sandbox(tmp_path, capsys)
     r, w = os.pipe()
     try:
         with pytest.raises(sandbox.ForkServerError, match="命名空间"):
-            forkserver.spawn("numpy", os.getpid(), {"mnt-namespace": 1}, [r, w, w], ["runner.py"])
+            forkserver.spawn("numpy", os.getpid(), {"mnt-namespace": 1}, [r, w, w])
         assert "改为每份启动全新的 Python" in capsys.readouterr().err
         got = _execute("import json\nprint(json.dumps({'ok': 1}))", course, tmp_path, forkserver)
         assert got == {"ok": 1} and forkserver.spawned == 0

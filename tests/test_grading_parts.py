@@ -1,6 +1,6 @@
 """评分核心的各个零件，一个一个单独测（像 nbgrader 的 preprocessor：一步一个名字，单独可测）。不执行 notebook，几秒钟。
 
-- flags.py：可疑迹象从学生的内核（runner._audit）发出，过评分进程的过滤（sandbox_supervisor.take_alert），到 detail 里
+- flags.py：可疑迹象从学生的内核（guard.py 的审计钩子）发出，过评分进程的过滤（sandbox_supervisor.take_alert），到 detail 里
   的中文标签（pipeline.judge），一路用同一张表；状态的拼接和排序；
 - sandbox_supervisor.Supervisor：评分通道上的事件（不启动进程）和杀掉内核的期限；
 - sandbox_bwrap.bwrap_command：盖住哪些目录、放进沙箱的文件、换不换 uid；
@@ -13,7 +13,10 @@ from __future__ import annotations
 import copy
 import io
 import json
+import os
+import subprocess
 import sys
+import textwrap
 import threading
 import time
 from pathlib import Path
@@ -22,8 +25,10 @@ import pytest
 
 from lib.grading import class_report_html, class_similarity, pipeline, repair, runner, sandbox, sandbox_bwrap
 from lib.grading.flags import RUNNER_FLAGS, Flag, Status
-from lib.grading.sandbox_kernel import FLAGS_FILE, SANDBOX_FLAGS, SANDBOX_RUNNER
+from lib.grading.sandbox_kernel import SANDBOX_MPL, SANDBOX_RUNNER, SOURCES
 from lib.grading.sandbox_supervisor import ExecResult, Supervisor, take_alert
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 # ============================================================================ flags
@@ -34,21 +39,33 @@ def _judge_tamper(flags: list) -> list:
     return pipeline.judge(state, empty, empty, {}, "nb")["tamper"]
 
 
-def test_what_the_kernel_flags_reaches_the_detail_under_its_label(monkeypatch):
-    """runner._audit 发出的每一种都过得了 take_alert 的过滤，judge 用表里的中文标签写进 detail。"""
-    sent = []
-    for key, value in {"alert": lambda kind, detail: sent.append([kind, detail]), "phase": "student", "flags": [],
-                       "forks": 0, "child": False, "course_root": "/course", "scratch": "/tmp/submission"}.items():
-        monkeypatch.setitem(runner._state, key, value)
-    runner._audit("open", ("/course/solutions/01.ipynb", "r", 0))
-    runner._audit("open", ("/home/ta/out.txt", "w", 0))
-    runner._audit("socket.connect", (None, ("10.0.0.1", 80)))
-    runner._audit("os.system", (b"ls",))
-    assert [k for k, _ in sent] == ["read", "write", "network", "process"] == [k for k, _ in runner._state["flags"]]
+GUARD_SCRIPT = textwrap.dedent('''
+    import os, sys
+    from lib.grading import guard
+    r, w = os.pipe()
+    guard.install(w, "/course", "/tmp/submission", 16, set(), {})
+    exec(compile(sys.stdin.read(), "<ipython-input-1-0123456789ab>", "exec"), {})  # 学生的代码
+    os.close(w)
+    sys.stdout.write(os.read(r, 1 << 20).decode())
+''')
+
+
+def test_what_the_kernel_flags_reaches_the_detail_under_its_label():
+    """审计钩子（guard.py，在子进程里装：装上就移除不了）发出的每一种都过得了 take_alert 的过滤，judge 用表里的中文标签
+    写进 detail。学生的代码自己发出审计事件，钩子照样看调用栈：栈上有学生的代码才算。"""
+    student = ('sys.audit("open", "/course/solutions/01.ipynb", "r", 0)\n'
+               'sys.audit("open", "/home/ta/out.txt", "w", 0)\n'
+               'sys.audit("open", "/tmp/submission/ok.txt", "w", 0)\n'  # 临时副本里：不算
+               'sys.audit("socket.connect", None, ("10.0.0.1", 80))\n'
+               'sys.audit("os.system", b"ls")\n')
+    out = subprocess.run([sys.executable, "-c", GUARD_SCRIPT], input="import sys\n" + student, capture_output=True,
+                         text=True, cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)), timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
     res = ExecResult()
-    for kind, detail in sent:
-        take_alert(res, {"ev": "alert", "kind": kind, "hex": detail.encode().hex()})
-    assert res.flags == sent  # 都是表里 by == "runner" 的种类，原样收下
+    for line in out.stdout.splitlines():
+        take_alert(res, json.loads(line))
+    sent = [[k, d] for k, d in res.flags]
+    assert [k for k, _ in sent] == ["read", "write", "network", "process"]
     tamper = _judge_tamper(res.flags)
     assert tamper == [f"{Flag(k).label}：{d}" for k, d in sent]
     assert tamper[0] == "访问了评分相关路径：/course/solutions/01.ipynb"
@@ -171,8 +188,9 @@ def test_the_bwrap_command_hides_the_course_and_ships_the_runner_with_its_flags(
     assert str(download.resolve()) not in tmpfs  # 已经在被盖住的课程目录里
     text = " ".join(cmd)
     assert f"--ro-bind {scratch / 'runner.py'} {SANDBOX_RUNNER}" in text
-    assert f"--ro-bind {scratch / FLAGS_FILE} {SANDBOX_FLAGS}" in text
-    assert Path(SANDBOX_FLAGS).parent == Path(SANDBOX_RUNNER).parent  # runner.py 旁边就是它 import 的 flags
+    for name in SOURCES:  # runner.py 旁边就是它导入的 _grader_guard（和 guard 导入的 _grader_flags）
+        assert f"--ro-bind {scratch / name} {Path(SANDBOX_RUNNER).parent / name}" in text
+    assert f"--bind {scratch / 'mpl'} {SANDBOX_MPL}" in text  # 预先建好的字体缓存
     assert "--unshare-user-try" in cmd and "CAP_SETUID" not in cmd and "--unshare-net" in cmd
     dropping = sandbox_bwrap.bwrap_command(course, grading, [], scratch, drop_uid=61000)
     assert "CAP_SETUID" in dropping and "--unshare-user-try" not in dropping
@@ -184,14 +202,14 @@ def test_a_hidden_python_is_bound_back_read_only():
     assert " ".join(["--ro-bind", str(prefix), str(prefix)]) in " ".join(args)
 
 
-def test_shipped_runner_imports_its_flags_without_lib(tmp_path):
-    """沙箱里看不到 lib/：ship 写出的 runner.py 只靠旁边的 _grader_flags.py 就能导入。"""
+def test_shipped_runner_imports_its_guard_and_flags_without_lib(tmp_path):
+    """沙箱里看不到 lib/：ship 写出的 runner.py 只靠旁边的 _grader_guard.py、_grader_flags.py 就能导入。"""
     import subprocess
     from lib.grading import sandbox_kernel
     runner_path = sandbox_kernel.ship(tmp_path)
     code = (f"import sys; sys.argv = ['x']; sys.path.insert(0, {str(tmp_path)!r}); import importlib.util as u; "
             f"s = u.spec_from_file_location('r', {str(runner_path)!r}); m = u.module_from_spec(s); "
-            "s.loader.exec_module(m); print(m.Flag.READ.label)")
+            "s.loader.exec_module(m); print(m._guard.Flag.READ.label)")
     p = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, cwd=tmp_path)
     assert p.returncode == 0 and p.stdout.strip() == "访问了评分相关路径", p.stderr
 

@@ -2,7 +2,7 @@
 
 评分时学生的内核里只有这次要检查的几个 grade_id 的种子（hidden_inputs.HiddenInputs：每个检查一个 HMAC 种子），
 学期密钥、整个课程的旧种子（v1）和别的 notebook 的检查的种子都不进内核。检查阶段窥探评分程序（拿帧、gc、跟踪函数、
-ctypes 读内存、把代码伪装成库）被审计钩子拦下（PermissionError），这一行标成 suspect（runner._install_tripwire）。
+ctypes 读内存、把代码伪装成库）被审计钩子拦下（PermissionError），这一行标成 suspect（guard.py 的审计钩子）。
 
 下面每个“学生”交练习 01：自注意力等其余答案都是参考答案，只有练习 4 的答案（copy_query、average_query）换成
 一种想拿到隐藏输入的写法。公开测试的输入（np.eye 的键和 default_rng(4) 转过的键）照常回答，只在隐藏的输入上动手脚。
@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -25,7 +26,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import grading_fixtures as gf  # noqa: E402
 
-from lib.grading import hidden_inputs, pipeline, runner, sandbox  # noqa: E402
+from lib.grading import guard, hidden_inputs, pipeline, sandbox  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 NB = "01_attention_by_hand"
@@ -130,9 +131,8 @@ def _watch():  # 单元格里启动，检查阶段还在跑：盯着主线程的
                 while f is not None:
                     _loot.extend(str(v) for k, v in list(f.f_locals.items()) if "seed" in k)
                     f = f.f_back
-        except PermissionError:
-            pass
-        time.sleep(0.002)
+        except Exception:  # 被拦下（PermissionError）也接着试：不停地试，评分进程等控制输入的那一刻它一定在跑
+            time.sleep(0)
 
 
 threading.Thread(target=_watch, daemon=True).start()
@@ -180,6 +180,86 @@ def copy_query(K, a):
         raise KeyError("ENV=" + ";".join(f"{k}={v}" for k, v in sorted(os.environ.items())))
     return 20.0 * K[a]
 '''),
+    # fe44 的新人试评之后（fix44b）：库函数交出来的帧、单元格里留下的帧、偷控制输入、关掉检测、换掉评分通道、HTML
+    "a09_logging_frame": (VISIBLE + '''
+import logging
+
+
+def copy_query(K, a):
+    if not _visible(K):  # logging.currentframe 就是 sys._getframe(1)：库函数把帧交了出来
+        f, seeds = logging.currentframe(), []
+        while f is not None:
+            seeds += [str(v) for k, v in f.f_locals.items() if "seed" in k]
+            f = f.f_back
+        raise KeyError("SEEDS=" + ",".join(seeds))
+    return 20.0 * K[a]
+'''),
+    "a10_cell_frames": (VISIBLE + '''
+_FRAMES = []
+_f = sys._getframe()  # 单元格里（检查之前）拿帧是允许的：留下评分程序的帧，检查时再读它们的变量
+while _f is not None:
+    _FRAMES.append(_f)
+    _f = _f.f_back
+
+
+def copy_query(K, a):
+    if not _visible(K):
+        found = [f"{k}={v}" for fr in _FRAMES for k, v in fr.f_locals.items() if "seed" in k or k == "ctl"]
+        raise KeyError("FOUND=" + ",".join(found)[:300])
+    return 20.0 * K[a]
+'''),
+    "a11_stdin": (VISIBLE + '''
+import os
+import threading
+
+_STOLEN = []
+
+
+def _steal():  # 控制输入以前在 fd 0：单元格里起一个线程，抢在评分程序之前读走那一行
+    try:
+        _STOLEN.append(os.read(0, 1 << 20))
+    except OSError as e:
+        _STOLEN.append(repr(e).encode())
+
+
+threading.Thread(target=_steal, daemon=True).start()
+
+
+def copy_query(K, a):
+    if not _visible(K):
+        raise KeyError("STOLEN=" + repr(_STOLEN)[:300])
+    return 20.0 * K[a]
+'''),
+    "a12_switch_off": (VISIBLE + '''
+import threading
+
+_watchdog = [t for t in threading.enumerate() if type(t).__name__ == "Watchdog"][0]
+_G = type(_watchdog).run.__globals__  # runner 的全局变量（fe44 s109 的路子）
+_G["_state"].clear()
+_G["_guard"].INTROSPECTION_EVENTS = frozenset()  # 想让审计钩子什么也不拦
+_G["_guard"].ALWAYS_EVENTS = frozenset()
+_G["_restore_builtins"] = lambda: None
+
+
+def copy_query(K, a):
+    if not _visible(K):
+        seeds, f = [], sys._getframe(1)
+        while f is not None:
+            seeds += [str(v) for k, v in f.f_locals.items() if "seed" in k]
+            f = f.f_back
+        raise KeyError("SEEDS=" + ",".join(seeds))
+    return 20.0 * K[a]
+'''),
+    "a13_html": (VISIBLE + '''
+from IPython.display import HTML, Markdown, display
+
+display(HTML('<script>document.title="XSS"</script><img src=x onerror="alert(1)"><b>bold</b>'))
+display(Markdown('[click](javascript:alert(2))'))
+
+
+def copy_query(K, a):
+    return 20.0 * K[a]
+'''),
     "a08_proc": (VISIBLE + '''
 import os
 import re
@@ -213,22 +293,35 @@ def _hex_tokens():
 
 def copy_query(K, a):
     if not _visible(K):
-        raise KeyError("FOUND=" + ",".join(_hex_tokens()[:30]) + ";PARENT=" + _read(f"/proc/{os.getppid()}/cmdline").decode())
+        cmdlines = [_read(f"/proc/{pid}/cmdline").replace(b"\\0", b" ").decode() for pid in os.listdir("/proc") if pid.isdigit()]
+        raise KeyError("FOUND=" + ",".join(_hex_tokens()[:30]) + ";CMDLINES=" + " | ".join(cmdlines))
     return 20.0 * K[a]
 '''),
 }
-SUSPECT = {"a01_frame_walk", "a02_exception_str", "a03_number", "a04_warning", "a05_thread", "a06_outlives"}
+SUSPECT = {"a01_frame_walk", "a02_exception_str", "a03_number", "a04_warning", "a05_thread", "a06_outlives", "a08_proc",
+           "a09_logging_frame", "a12_switch_off"}
 LOST = {"a01_frame_walk": "ex4_copy_query", "a02_exception_str": "ex4_copy_query", "a03_number": "ex4_average_query",
         "a04_warning": "ex4_copy_query", "a05_thread": "ex4_average_query", "a06_outlives": "ex4_average_query",
-        "a07_environment": "ex4_copy_query", "a08_proc": "ex4_copy_query"}
+        "a07_environment": "ex4_copy_query", "a08_proc": "ex4_copy_query", "a09_logging_frame": "ex4_copy_query",
+        "a10_cell_frames": "ex4_copy_query", "a11_stdin": "ex4_copy_query", "a12_switch_off": "ex4_copy_query",
+        "a13_html": None}
 MARKERS = {"a01_frame_walk": "PermissionError", "a02_exception_str": "PermissionError", "a04_warning": "PermissionError",
-           "a05_thread": "LOOT=", "a06_outlives": "STASH=blocked", "a07_environment": "ENV=", "a08_proc": "FOUND="}
+           "a05_thread": "LOOT=", "a06_outlives": "STASH=blocked", "a07_environment": "ENV=", "a08_proc": "FOUND=",
+           "a09_logging_frame": "PermissionError", "a10_cell_frames": "FOUND=", "a11_stdin": "STOLEN=[b'']",
+           "a12_switch_off": "PermissionError"}
 
 
-def _submission(release: dict, solution: dict, answer: str) -> dict:
+# 学号 -> 学生自己加在练习 4 答案下面的 Markdown 单元格
+EXTRA_MARKDOWN = {"a13_html": ('我的说明 <script>alert(3)</script> $\\text{<img/src/onerror=alert(4)>} + \\frac{1}{2}$ '
+                               '[看这里](javascript:alert(5))')}
+
+
+def _submission(release: dict, solution: dict, answer: str, markdown: str | None = None) -> dict:
     nb = gf.answered(release, solution)
-    cell = next(c for c in nb["cells"] if gf.gid(c) == "ex4_answer")
+    i, cell = next((i, c) for i, c in enumerate(nb["cells"]) if gf.gid(c) == "ex4_answer")
     cell["source"] = answer
+    if markdown:
+        nb["cells"].insert(i + 1, {"cell_type": "markdown", "id": "added-md", "metadata": {}, "source": markdown})
     return nb
 
 
@@ -238,11 +331,14 @@ def _v1_term_seed(secret: str) -> int:
 
 
 def _grade(course: Path, subs: Path, **options) -> list:
+    """有学期密钥、没有截止时间的课程只评点名的 notebook（collect.choose_notebooks）：这里都是练习 01，点名全部。"""
+    options.setdefault("notebooks", "all")
+    options.setdefault("quiet", True)
     cwd = os.getcwd()
     os.chdir(course)
     try:
         opts = pipeline.Options(assignment="exercises", submissions=subs, course_root=course, jobs=2,
-                                limits=sandbox.Limits(cell_timeout=60, grace=5), progress=False, quiet=True, **options)
+                                limits=sandbox.Limits(cell_timeout=60, grace=5), progress=False, **options)
         return pipeline.run(opts)
     finally:
         os.chdir(cwd)
@@ -256,7 +352,8 @@ def _course_with_secret(root: Path, sids: dict) -> tuple[Path, Path]:
     subs = root / "download.zip"
     with zipfile.ZipFile(subs, "w") as zf:
         for sid, answer in sids.items():
-            zf.writestr(f"{sid}/{NB}.ipynb", gf.dump(_submission(rel, sol, answer) if answer else gf.answered(rel, sol)))
+            nb = _submission(rel, sol, answer, EXTRA_MARKDOWN.get(sid)) if answer else gf.answered(rel, sol)
+            zf.writestr(f"{sid}/{NB}.ipynb", gf.dump(nb))
     return course, subs
 
 
@@ -338,14 +435,46 @@ def test_an_attack_gets_no_secret_and_the_predicted_status(attacked, sid):
     - a05_thread：检查阶段线程里的 sys._current_frames 被拦下：LOOT 是空的；suspect；少 3 分。
     - a06_outlives：__del__ 里的 sys._getframe 被拦下：STASH 里只有 blocked；suspect；copy_query 满分，average_query 少 3 分。
     - a07_environment：环境变量里只有 kernel_env 的那几个，没有密钥和种子；不算窥探（ok）；少 3 分。
-    - a08_proc：/proc 里（有沙箱时只看得见沙箱里的进程）和自己的堆里都没有密钥；读 /proc 不算窥探（ok）；少 3 分。
-    结果：8 种都和预期相符。a08 多了一点预期之外的：沙箱里连 /proc/self/mem 也打不开（PermissionError），堆没有读到。"""
+    - a08_proc：/proc 里（有沙箱时只看得见沙箱里的进程）没有密钥；读 /proc/self/mem（直接读进程的内存）被审计钩子拦下并标出来
+      （suspect，fix44b 起；以前只在内核换了 uid 时碰巧打不开）；各个进程的命令行里没有课程目录（bwrap --args）；少 3 分。
+    结果：8 种都和预期相符。fe44 之后加的（fix44b，运行之前写下预期）：
+    - a09_logging_frame：logging.currentframe 是把帧交出来的库函数，往上越过它看：拦下（PermissionError），suspect；少 3 分。
+    - a10_cell_frames：单元格里留下的帧（runner.main 的）里没有 ctl 和种子（它们只在检查阶段才有的帧里）：FOUND= 是空的；
+      不算窥探（ok）；少 3 分。
+    - a11_stdin：控制输入在学生的代码之前就挪走了，fd 0 是 /dev/null：线程读到 b''；ok；少 3 分。
+    - a12_switch_off：经看门狗线程拿到 runner 的全局变量，清空 _state、guard 的事件表，换掉 _restore_builtins：审计钩子照样拦下
+      sys._getframe（它的事件表是安装时取好的），改动本身报告成“替换了 runner._restore_builtins”“替换了 guard.…”；suspect；少 3 分。
+    - a13_html：输出里的 <script>、onerror、javascript: 链接不进反馈（test_student_html_is_shown_not_run）；ok；满分。
+    结果：5 种都和预期相符。"""
     row, html = attacked["rows"][sid], attacked["feedback"][sid]
     assert _leaks(attacked, html + row["detail"], allow_own=sid == "a03_number") == [], (sid, row)
+    if sandbox.bwrap_status()[0]:  # bwrap 的命令行（/proc/1/cmdline）里没有评分人的目录：选项从管道读（bwrap --args）
+        assert str(attacked["course"]) not in html + row["detail"], (sid, "评分人的课程目录出现在反馈里", row)
     assert ("suspect" in gf.statuses(row)) == (sid in SUSPECT), (sid, row)
-    assert _lost(attacked, sid) == attacked["points"][LOST[sid]], (sid, row)
+    assert _lost(attacked, sid) == (attacked["points"][LOST[sid]] if LOST[sid] else 0), (sid, row)
     if sid in MARKERS:  # 学生的代码确实在检查时运行了，它的文字也进了评分说明
         assert MARKERS[sid] in attacked["messages"][sid], (sid, attacked["messages"][sid])
+
+
+@pytest.mark.slow
+def test_student_html_is_shown_not_run(attacked):
+    """fe44 s118：学生的输出里的 HTML（display(HTML(...))、Markdown 输出）和自己加的 Markdown 单元格原样进了反馈 HTML，
+    助教一打开就运行学生的脚本。预期（a13_html）：反馈里没有 <script>、没有 onerror 这类属性、没有 javascript: 链接，公式里
+    塞的 <img> 也只是文字；页面带着不许运行脚本的内容安全策略；<b> 这样无害的标签照样显示；autograded/ 里（formgrader
+    显示它）的输出也清理过了。"""
+    html = attacked["feedback"]["a13_html"]
+    assert "Content-Security-Policy" in html and "script-src" not in html.split("Content-Security-Policy")[1][:200] \
+        and "default-src 'none'" in html
+    body = html.split("</head>", 1)[1]
+    assert "<script" not in body.lower(), body[-3000:]  # 学生代码里的 javascript: 作为高亮的源代码文字出现，不是链接
+    assert not re.search(r"(href|src)\s*=\s*[\"']?\s*javascript:", body, re.IGNORECASE)
+    assert not re.search(r"<[a-z][^>]*\son[a-z]+\s*=", body, re.IGNORECASE)
+    assert "<b>bold</b>" in body and "我的说明" in body and "&lt;img/src/onerror=alert(4)&gt;" in body
+    autograded = gf.load(attacked["course"] / "autograded" / "a13_html" / "exercises" / f"{NB}.ipynb")
+    outputs = json.dumps([c.get("outputs", []) for c in autograded["cells"]], ensure_ascii=False)
+    assert "<script" not in outputs and "onerror" not in outputs and "text/markdown" not in outputs
+    added = next(c for c in autograded["cells"] if c.get("id") == "added-md")
+    assert gf.src(added).startswith("我的说明 &lt;script>")  # formgrader 显示的 Markdown 里它也只是文字
 
 
 @pytest.mark.slow
@@ -373,14 +502,13 @@ def test_a_replaced_default_rng_sees_only_this_notebooks_seeds(attacked):
 # ---------------------------------------------------------------------------------------------- 没有沙箱
 
 
-def _reads_the_secret_file() -> str:
-    return VISIBLE + '''
-import sys
-
+def _reads_the_secret_file(course: Path) -> str:
+    """学生知道课程目录在评分机器上的路径（沙箱里 /proc/self/mountinfo 看得到它；没有沙箱时是评分进程的当前目录）。"""
+    return VISIBLE + f'''
 
 def copy_query(K, a):
-    if not _visible(K):  # runner 的命令行参数里有课程目录
-        with open(sys.argv[6] + "/.grading/secret") as f:
+    if not _visible(K):
+        with open({str(course)!r} + "/.grading/secret") as f:
             raise KeyError("SECRET=" + f.read().strip())
     return 20.0 * K[a]
 '''
@@ -392,7 +520,7 @@ def test_without_the_sandbox_a_course_with_a_secret_is_refused_unless_forced(tmp
     --secret-without-sandbox 时在导入任何东西之前拒绝（SystemExit，说明怎么办，没有 grades.csv）；加了之后照常评分，
     读密钥的提交真的读到了（反馈里有密钥：所以默认拒绝），并且因为读了 .grading/ 标成 suspect。
     （以 root 评分、Python 对所有人可读、内核换成槽位 uid 时，密钥文件 0640 读不到：不拒绝，读的提交拿不到密钥。）"""
-    course, subs = _course_with_secret(tmp_path, {"b01_reads_secret": _reads_the_secret_file()})
+    course, subs = _course_with_secret(tmp_path, {"b01_reads_secret": _reads_the_secret_file(tmp_path.resolve() / "course")})
     secret = hidden_inputs.read_secret(course)
     exposed = sandbox.kernel_can_read(hidden_inputs.secret_path(course), use_bwrap=False)
     if exposed:
@@ -412,7 +540,7 @@ def test_without_the_sandbox_a_course_with_a_secret_is_refused_unless_forced(tmp
 def test_with_the_sandbox_the_secret_file_is_not_there(tmp_path):
     """同一份提交，有 bwrap：课程目录被空目录盖住。预期：open 失败（FileNotFoundError 进反馈），没有密钥；
     读 .grading/ 照样标成 suspect；不用 --secret-without-sandbox。"""
-    course, subs = _course_with_secret(tmp_path, {"b01_reads_secret": _reads_the_secret_file()})
+    course, subs = _course_with_secret(tmp_path, {"b01_reads_secret": _reads_the_secret_file(tmp_path.resolve() / "course")})
     _grade(course, subs)
     row = next(r for r in gf.read_grades(course) if r["student_id"] == "b01_reads_secret")
     html = (course / "feedback" / "b01_reads_secret" / "exercises" / f"{NB}.html").read_text(encoding="utf-8")
@@ -439,21 +567,24 @@ def test_each_check_has_its_own_one_way_seed_and_no_secret_means_seed_0():
 
 TRIPWIRE_SCRIPT = textwrap.dedent('''
     import json, os, sys
-    from lib.grading import runner
+    from lib.grading import guard, runner
     r, w = os.pipe()
-    arm, alert = runner._install_tripwire(w)
-    ns = {}
+    guard.install(w, "/course", "/tmp/submission", 16, set(), vars(runner))
+    sys.audit("lecture07.cells_start")
+    ns = {"__name__": "__main__"}
     exec(compile(sys.stdin.read(), "<ipython-input-1-0123456789ab>", "exec"), ns)  # 学生的代码
     before = {name: ns["attempt"](fn) for name, fn in ns["CASES"]}
-    runner._state.update(phase="setup", flags=[])  # 学生改了 runner 的状态：关不掉审计钩子
-    arm()
+    ns["switch_off"]()  # 学生改 guard 和 runner 的全局变量、runner._state：关不掉审计钩子
+    sys.audit("lecture07.cells_done", {})  # runner：学生的单元格跑完了，从现在起拦下窥探
     after = {name: ns["attempt"](fn) for name, fn in ns["CASES"]}
     os.close(w)
-    alerts = [bytes.fromhex(json.loads(line)["hex"]).decode() for line in os.read(r, 1 << 20).decode().splitlines()]
+    alerts = [(json.loads(line)["kind"], bytes.fromhex(json.loads(line)["hex"]).decode())
+              for line in os.read(r, 1 << 20).decode().splitlines()]
     print(json.dumps({"before": before, "after": after, "alerts": alerts}))
 ''')
 STUDENT_CALLS = textwrap.dedent('''
     import collections, gc, inspect, io, logging, sys, traceback, typing, warnings
+    from IPython.utils.frame import extract_module_locals
 
     def attempt(fn):
         try:
@@ -468,6 +599,15 @@ STUDENT_CALLS = textwrap.dedent('''
         except KeyError as e:
             return e.__traceback__.tb_frame
 
+    def hooks_own_frame():  # 审计钩子拦下时抛出的异常里最里面一层是钩子自己的帧
+        try:
+            gc.get_referents(CASES)
+        except PermissionError as e:
+            tb = e.__traceback__
+        while tb.tb_next is not None:
+            tb = tb.tb_next
+        return tb.tb_frame
+
     def gi_frame():
         def g():
             yield 1
@@ -481,14 +621,27 @@ STUDENT_CALLS = textwrap.dedent('''
         except KeyError:
             traceback.print_exc(file=io.StringIO())
 
+    def victim():
+        return 1
+
+    def switch_off():
+        from lib.grading import guard, runner
+        guard.INTROSPECTION_EVENTS = guard.ALWAYS_EVENTS = frozenset()
+        runner._state.clear()
+        runner.send = lambda obj: None
+
     CASES = [
         ("sys._getframe", lambda: sys._getframe(1)), ("inspect.currentframe", inspect.currentframe),
         ("inspect.stack", inspect.stack), ("tb_frame", tb_frame), ("gi_frame", gi_frame),
+        ("logging.currentframe", logging.currentframe), ("IPython extract_module_locals", lambda: extract_module_locals(1)),
         ("gc.get_objects", gc.get_objects), ("gc.get_referrers", lambda: gc.get_referrers(CASES)),
+        ("hook's own frame", hooks_own_frame),
         ("sys._current_frames", sys._current_frames), ("sys.settrace", lambda: sys.settrace(None)),
         ("capture_locals", lambda: traceback.StackSummary.extract(traceback.walk_stack(None), capture_locals=True)),
         ("ctypes", lambda: __import__("ctypes").string_at(id(CASES), 8)),
         ("compile as a library", lambda: compile("x = 1", inspect.__file__, "exec")),
+        ("/proc/self/mem", lambda: open("/proc/self/mem", "rb")),
+        ("__code__", lambda: setattr(victim, "__code__", (lambda: 2).__code__)),
         # 诚实的代码：这些库自己看帧，但不把帧交出来
         ("logging", lambda: logging.getLogger("x").warning("hi")), ("warnings", lambda: warnings.warn("w")),
         ("traceback.print_exc", print_exc), ("namedtuple", lambda: collections.namedtuple("P", "x y")),
@@ -498,22 +651,31 @@ STUDENT_CALLS = textwrap.dedent('''
 ''')
 HONEST = {"logging", "warnings", "traceback.print_exc", "namedtuple", "typing.TypeVar", "traceback.extract_stack",
           "raise", "print"}
+ALWAYS = {"compile as a library", "gc.get_objects", "gc.get_referrers", "hook's own frame", "/proc/self/mem", "__code__"}
 
 
 def test_the_tripwire_blocks_and_reports_only_what_the_students_code_does():
-    """审计钩子（在子进程里装：装上就移除不了）。预期：arm 之前只拦伪装成库的 compile；arm 之后拿帧、gc、跟踪函数、
-    ctypes 读内存都被拦下并各发一条说明（说出事件和学生的函数名），学生改 runner._state 关不掉它；logging、warnings、
-    print_exc、namedtuple、TypeVar、extract_stack、raise、print 这些诚实的用法从不被拦，也不发说明。"""
+    """审计钩子（guard.py，在子进程里装：装上就移除不了）。预期：检查开始之前（lecture07.cells_done 之前）只拦伪装成库的
+    compile、gc 找对象、拿钩子自己的帧、读 /proc/self/mem、改写函数的 __code__；之后拿帧（包括 logging.currentframe、
+    IPython 的 extract_module_locals 这些把帧交出来的库函数）、跟踪函数、ctypes 读内存也都被拦下，每次发一条说明（说出事件
+    和学生的函数名）。学生把 guard 的事件表清空、改 runner 的全局变量和 _state 关不掉它，改动本身被报告成“替换了”；
+    logging、warnings、print_exc、namedtuple、TypeVar、extract_stack、raise、print 这些诚实的用法从不被拦，也不发说明。"""
     out = subprocess.run([sys.executable, "-c", TRIPWIRE_SCRIPT], input=STUDENT_CALLS, capture_output=True, text=True,
                          cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)), timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     got = json.loads(out.stdout.strip().splitlines()[-1])
-    assert {k for k, v in got["before"].items() if v == "blocked"} == {"compile as a library"}
+    assert {k for k, v in got["before"].items() if v == "blocked"} == ALWAYS, got["before"]
     blocked = {k for k, v in got["after"].items() if v == "blocked"}
     assert blocked == set(got["after"]) - HONEST, got["after"]
-    assert len(got["alerts"]) == len(blocked) + 1  # compile 在 arm 之前也报了一次
-    assert all("<ipython-input-1-0123456789ab>" in a for a in got["alerts"]), got["alerts"]
-    assert any(a.startswith("sys._getframe") and "<lambda>" in a for a in got["alerts"])
+    introspect = [d for k, d in got["alerts"] if k == "introspect"]
+    # 每次一条；拿钩子自己的帧那一步先用 gc.get_referents 触发一次拦截，两个阶段各多一条
+    assert len(introspect) == len(ALWAYS) + len(blocked) + 2, got["alerts"]
+    assert all("<ipython-input-1-0123456789ab>" in a for a in introspect), introspect
+    assert any(a.startswith("sys._getframe") and "<lambda>" in a for a in introspect)
+    replaced = {d for k, d in got["alerts"] if k == "replaced"}
+    # runner.send 在这里也是 lib 的函数（lib.grading.runner），所以另报一次；沙箱里的 runner 不是 lib 的模块
+    assert replaced == {"guard.INTROSPECTION_EVENTS", "guard.ALWAYS_EVENTS", "runner.send", "lib.grading.runner.send"}, \
+        got["alerts"]
 
 
 def test_the_audit_events_the_tripwire_relies_on_exist_on_this_python():
@@ -545,7 +707,7 @@ def test_the_audit_events_the_tripwire_relies_on_exist_on_this_python():
     ''')
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     seen = set(json.loads(out.stdout.strip().splitlines()[-1]))
-    wanted = set(runner.INTROSPECTION_EVENTS | runner.FRAME_ATTRIBUTES | {"compile"}) - {"ag_frame"}
+    wanted = set(guard.INTROSPECTION_EVENTS | guard.FRAME_ATTRIBUTES | {"compile"}) - {"ag_frame"}
     if not hasattr(sys, "_current_exceptions"):  # 3.12 起才有
         wanted.discard("sys._current_exceptions")
     assert wanted <= seen, sorted(wanted - seen)
@@ -560,3 +722,111 @@ def test_a_rerun_says_when_the_hidden_inputs_change():
     assert "应当不变" in run._what_a_rerun_changes([{"seeds": {"ex": 1}}])
     run.inputs = hidden_inputs.HiddenInputs(None)
     assert "应当不变" in run._what_a_rerun_changes([{"seed": 0}])
+
+
+# ---------------------------------------------------------------------------------------------- 别的 notebook、链接
+
+
+NB5 = "05_masks_and_kv_cache"
+DUMP_05 = '''\
+SEEN = []
+FIXED = {(10, 5), (1, 1), (3, 6)}  # 公开测试的输入：老老实实回答
+
+
+def positions_without_cache(n, m):
+    SEEN.append((n, m))
+    return m * n + m * (m - 1) // 2
+
+
+def positions_with_cache(n, m):
+    if (n, m) not in FIXED:
+        raise ValueError(f"DUMP {SEEN[-3:]}")  # 把隐藏的输入写进评分说明
+    return n + m - 1
+'''
+
+
+def _download_with_next_weeks_notebook(course: Path, root: Path) -> Path:
+    """学号文件夹的下载：s1 交了 01，还在同一个文件夹里交了下一周的 05（把它的隐藏输入写进错误信息）；s2 只交了 01。"""
+    rel1, sol1 = (gf.load(course / d / "exercises" / f"{NB}.ipynb") for d in ("release", "solutions"))
+    rel5, sol5 = (gf.load(course / d / "exercises" / f"{NB5}.ipynb") for d in ("release", "solutions"))
+    nb5 = gf.answered(rel5, sol5)
+    next(c for c in nb5["cells"] if gf.gid(c) == "ex11_counts_answer")["source"] = DUMP_05
+    download = root / "download"
+    for sid, nbs in {"s1": {NB: gf.answered(rel1, sol1), NB5: nb5}, "s2": {NB: gf.answered(rel1, sol1)}}.items():
+        (download / sid).mkdir(parents=True)
+        for name, nb in nbs.items():
+            (download / sid / f"{name}.ipynb").write_bytes(gf.dump(nb))
+    return download
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not BWRAP, reason=f"需要 bubblewrap：{BWRAP_MSG}")
+def test_a_notebook_handed_in_before_its_week_is_not_graded_until_named(tmp_path, capsys):
+    """fe44 s117：学生在 01 的文件夹里多放一个下一周的 05，05 也被评了，它的反馈写出了 05 的隐藏输入（截止之前），全班还多了
+    05 的 missing 行。预期（有学期密钥、没有截止时间的课程）：
+    1. 不点名：一个也不评，说清楚为什么、怎么评；没有反馈、没有执行，grades.csv 没有 05 的行；两个文件都存进了课程。
+    2. --notebooks 01：只评 01；05 不评、不执行（没有存下的执行结果）、没有反馈，也没有谁的 05 missing 行；命令开头说
+       “没有评：05_…（1 份）”。
+    3. 之后 --notebooks 05（同一个下载，或者不给新的下载也行）：05 这才评，反馈里有它自己的输入（讲解，按设计），s2 的 05 是
+       missing（没交）。"""
+    course = gf.copy_course(REPO, tmp_path / "course")
+    hidden_inputs.create(course)
+    download = _download_with_next_weeks_notebook(course, tmp_path)
+    state = course / ".grading" / "exercises" / "state"
+    rows = _grade(course, download, notebooks=None, quiet=False)
+    said = capsys.readouterr().err
+    assert [r.status for r in rows] == [] and "这次一个 notebook 也不评" in said and "--notebooks 01,05" in said
+    assert not (course / "feedback").exists() and not list(state.glob("*.json"))
+
+    rows = _grade(course, download, notebooks="01", quiet=False)
+    said = capsys.readouterr().err
+    assert {(r.student_id, r.notebook, r.status) for r in rows} == {("s1", NB, "ok"), ("s2", NB, "ok")}
+    assert f"没有评：{NB5}（1 份）" in said
+    assert not (course / "feedback" / "s1" / "exercises" / f"{NB5}.html").exists()
+    assert not list(state.glob(f"*{NB5}*")) and not (course / "submitted" / "s1" / "exercises" / f"{NB5}.ipynb").exists()
+
+    rows = _grade(course, download, notebooks="05")
+    by = {(r.student_id, r.notebook): r for r in rows}
+    assert by[("s1", NB5)].score is not None and by[("s2", NB5)].status == "missing" and by[("s1", NB)].status == "ok"
+    html = (course / "feedback" / "s1" / "exercises" / f"{NB5}.html").read_text(encoding="utf-8")
+    assert "DUMP" in html  # 点名之后：它自己的输入照常讲解
+
+
+def test_links_in_a_download_are_never_followed(tmp_path):
+    """fe44 s122：下载的文件夹里的符号链接被评分程序（常常是 root）跟着读了：指向 submitted/别的学生 的链接把别人的作业当成
+    自己的评（20/20，反馈里是别人的代码），指向 .grading/secret 的链接在隔离说明里露出密钥的一点信息（JSON 出错的列号）。
+    预期：指向文件的、指向文件夹的符号链接，硬链接，zip 里的符号链接，都不读（没有数据），隔离，说明写“没有读它指向的文件”，
+    隔离行照样写上是哪个学生；普通的文件照常评。"""
+    course = tmp_path / "course"
+    (course / ".grading").mkdir(parents=True)
+    secret = course / ".grading" / "secret"
+    secret.write_text("0123456789abcdef" * 4)
+    other = course / "submitted" / "s004" / "exercises" / f"{NB}.ipynb"
+    other.parent.mkdir(parents=True)
+    other.write_bytes(gf.dump(gf.answered(gf.load(REPO / "release" / "exercises" / f"{NB}.ipynb"),
+                                          gf.load(REPO / "solutions" / "exercises" / f"{NB}.ipynb"))))
+    download = tmp_path / "download"
+    for sid in ("s122a", "s122b", "s122c", "s122d", "s200"):
+        (download / sid).mkdir(parents=True)
+    (download / "s122a" / f"{NB}.ipynb").symlink_to(secret)
+    (download / "s122b" / f"{NB}.ipynb").symlink_to(other)
+    (download / "s122c" / "exercises").symlink_to(other.parent, target_is_directory=True)
+    os.link(other, download / "s122d" / f"{NB}.ipynb")
+    shutil.copy(other, download / "s200" / f"{NB}.ipynb")
+    from lib.grading import collect
+    notebooks = sorted(p.stem for p in (REPO / "release" / "exercises").glob("*.ipynb"))
+    items = {it.src: it for it in collect.import_download(download, notebooks).items}
+    for src in (f"s122a/{NB}.ipynb", f"s122b/{NB}.ipynb", "s122c/exercises", f"s122d/{NB}.ipynb"):
+        it = items[src]
+        assert it.reason and "没有读它指向的文件" in it.reason and it.data == b"" and it.linked, (src, it)
+        assert it.student_id == src.split("/")[0]
+    assert items[f"s200/{NB}.ipynb"].reason is None and items[f"s200/{NB}.ipynb"].nb is not None
+    zpath = tmp_path / "download.zip"
+    with zipfile.ZipFile(zpath, "w") as zf:
+        link = zipfile.ZipInfo(f"s122e/{NB}.ipynb")
+        link.external_attr = (0o120777 << 16)  # 符号链接（解压工具会把它变成真的链接）
+        zf.writestr(link, str(secret))
+        zf.writestr(f"s200/{NB}.ipynb", other.read_bytes())
+    zipped = {it.src: it for it in collect.import_download(zpath, notebooks).items}
+    assert zipped[f"s122e/{NB}.ipynb"].linked and zipped[f"s122e/{NB}.ipynb"].data == b""
+    assert zipped[f"s200/{NB}.ipynb"].reason is None

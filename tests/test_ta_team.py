@@ -342,8 +342,8 @@ def test_the_same_secret_gives_identical_scores_on_two_runs(tmp_path, clean):
     secret = hidden_inputs.create(courses[0])
     (courses[1] / ".grading").mkdir()
     (courses[1] / ".grading" / "secret").write_bytes(secret.read_bytes())  # 同一个学期的另一台机器
-    for course in courses:
-        assert _grade(course, clean["subs"])[0] == 0
+    for course in courses:  # 有密钥、没有截止时间：点名要评的 notebook（全部）
+        assert _grade(course, clean["subs"], "--notebooks", "all")[0] == 0
         states = list((course / ".grading" / "exercises" / "state").glob("*.json"))
         inputs = hidden_inputs.HiddenInputs.for_course(course)
         for p in states:  # 每个检查自己的种子（和发进内核的相同），存下来给判分用

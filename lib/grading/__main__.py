@@ -18,6 +18,7 @@ EPILOG = """\
 例子：
   python -m lib.grading grade exercises --submissions ~/Downloads/submissions.zip --jobs 2
   python -m lib.grading grade exercises --submissions moodle.zip --roster 名单.xlsx --due "2024-03-01 23:59"
+  python -m lib.grading grade exercises --submissions week3.zip --notebooks 03   # 按周发布：评这一周到期的
   python -m lib.grading feedback exercises     # formgrader 人工评分之后：重写反馈和 grades.csv（不重新执行）
   python -m lib.grading export exercises --lms canvas --template 成绩册导出.csv --column "Exercises"
   python -m lib.grading report exercises       # 班级报告：哪些题错得多、错在哪里，哪些提交相似（reports/exercises/）
@@ -48,6 +49,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--roster-id-column", help="名单里哪一列是学号（默认按表头找：学号、Student ID、SIS User ID……）")
     g.add_argument("--due", help="截止时间，例如 \"2024-03-01 23:59\"：不带时区时按课程的时区（pyproject.toml 的 "
                                  "[tool.course] timezone，默认 Asia/Shanghai）理解（默认用 gradebook 里 nbgrader 的 duedate）")
+    g.add_argument("--notebooks", help="这次评哪些 notebook，例如 01,02（开头的编号就行；all 是全部）。作业还没截止、"
+                                       "或者没有截止时间而课程有学期密钥时，只评点名的和之前评过的：提前交的下一周的 "
+                                       "notebook 不评、不写反馈（见 docs/ta_guide.md“按周发布”）")
     g.add_argument("--submitted-at", help="下载里没有 LMS 的提交时间时（学号文件夹、邮件收的作业），这一批的提交时间，"
                                           "例如 \"2024-03-02 08:00\"（按课程的时区理解）：晚于截止时间的算迟交")
     g.add_argument("--fresh", action="store_true",
@@ -188,6 +192,7 @@ def run_locked(args) -> int:
         opts = pipeline.Options(assignment=args.assignment, submissions=args.submissions, jobs=args.jobs,
                                 limits=limits, name_regex=args.name_regex, roster=args.roster,
                                 roster_id_column=args.roster_id_column, lms=args.lms, due=args.due,
+                                notebooks=args.notebooks,
                                 submitted_at=args.submitted_at,
                                 use_bwrap=False if args.no_sandbox else None, feedback=not args.no_feedback,
                                 fork_server=not args.no_fork_server, quiet=args.quiet, fresh=args.fresh,
@@ -201,8 +206,9 @@ def run_locked(args) -> int:
               "修好之后再运行同一个命令：已经评完的不会重来，只评这些。", file=sys.stderr)
         return 4
     if not any(r.score is not None and r.status != "missing" for r in rows):
-        print("错误：没有一份提交能评分（全部进了隔离区或没有提交）。grades.csv 的 detail 列写了每个文件的原因；"
-              "命名方式不对时可以用 --lms 或 --name-regex 指定。", file=sys.stderr)
+        print("错误：没有一份提交能评分（全部进了隔离区、没有提交，或者这次不评：见上面“没有评”一行）。grades.csv 的 "
+              "detail 列写了每个文件的原因；命名方式不对时可以用 --lms 或 --name-regex 指定；还没截止的 notebook 用 "
+              "--notebooks 点名。", file=sys.stderr)
         return 3
     return 0
 

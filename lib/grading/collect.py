@@ -23,6 +23,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import sys
 import unicodedata
 import zipfile
@@ -62,6 +63,7 @@ class Item:
     submitted_at: dt.datetime | None = None  # 这个学生这次提交的时间（他各个 notebook 里最晚的）
     late: str | None = None           # 迟交的说明；None = 没有迟交
     damaged: bool = False             # zip 里的这个文件读不出来（下载损坏）
+    linked: bool = False              # 符号链接或硬链接：没有读（_read_one）
     layout: str = ""                  # 来自哪种 LMS 的下载（分批评分时各批可以不同）
     batch: int = 0                    # 第几次导入的下载（从 1 数；分批评分时较早的批次号小）
 
@@ -80,10 +82,21 @@ class Imported:
     due: dt.datetime | None = None
     due_from_option: bool = False     # True：截止时间来自 --due（要写进 gradebook）
     batches: list = field(default_factory=list)  # 导入过的每次下载：{"batch", "source", "time", "files"}
+    open_notebooks: list | None = None  # 评分的 notebook（choose_notebooks）；None：以前的版本存的副本，评过的都算
 
     @property
     def roster_ids(self) -> set | None:
         return set(self.roster.ids) if self.roster else None
+
+    def is_open(self, notebook: str | None) -> bool:
+        """这个 notebook 评不评：没到截止时间、也没有点名的 notebook 的文件存在副本里，但不评、不导出。"""
+        return self.open_notebooks is None or notebook in self.open_notebooks
+
+    def graded_notebooks(self) -> list:
+        """评过的 notebook（以前的版本存的副本没有记 open_notebooks：有可评分的文件的就是评过的）。"""
+        if self.open_notebooks is not None:
+            return list(self.open_notebooks)
+        return sorted({it.notebook for it in self.items if it.reason is None and it.notebook})
 
 
 # ----------------------------------------------------------------------------- 读文件
@@ -112,6 +125,9 @@ def _read_zip(zf: zipfile.ZipFile, prefix: str = "", container: str | None = Non
         if info.is_dir():
             continue
         name = prefix + _zip_name(info)
+        if stat.S_ISLNK(info.external_attr >> 16):  # 解压工具会把它变成真的符号链接；这里不读它指向的东西
+            items.append(Item(name, b"", reason=LINK.format(what="zip 里的符号链接"), container=container, linked=True))
+            continue
         if info.file_size > MAX_FILE_BYTES:
             items.append(Item(name, b"", reason=f"文件太大（{info.file_size // 2**20} MB）", container=container))
             continue
@@ -158,6 +174,51 @@ def _unzip_upload(it: Item) -> list[Item]:
     return inner
 
 
+LINK = ("{what}：没有评，也没有读它指向的文件（可能是别的学生的作业或评分用的文件）。"
+        "请向学生要一份真正的 .ipynb 文件")
+
+
+def _read_one(name: str, dir_fd: int, rel: str) -> Item:
+    """文件夹里的一个文件（相对 dir_fd 打开，不跟随符号链接）。符号链接、硬链接（另一个名字可能在下载之外）、
+    管道之类的特殊文件都不读，只写明原因。"""
+    st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    if stat.S_ISLNK(st.st_mode):
+        return Item(rel, b"", reason=LINK.format(what="符号链接"), linked=True)
+    if not stat.S_ISREG(st.st_mode):
+        return Item(rel, b"", reason="不是普通文件（管道、设备之类）：没有评")
+    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):  # 看过之后被换掉了
+            return Item(rel, b"", reason="不是普通文件（管道、设备之类）：没有评")
+        if st.st_nlink > 1:
+            return Item(rel, b"", linked=True, reason=LINK.format(what=f"硬链接（这个文件还有 {st.st_nlink - 1} 个别的名字）")
+                        + "；确实是下载的一部分时，复制一份（cp）再评")
+        if st.st_size > MAX_FILE_BYTES:
+            return Item(rel, b"", reason=f"文件太大（{st.st_size // 2**20} MB）")
+        return Item(rel, f.read(MAX_FILE_BYTES + 1), mtime=st.st_mtime)
+
+
+def _read_folder(path: Path) -> list[Item]:
+    """下载的文件夹：逐层打开（os.fwalk，不跟随符号链接），只读真正在这个文件夹里的普通文件。评分人常常是 root，
+    而这个文件夹可能是学生写得进去的（JupyterHub 的交换目录、学生上传后解压的 zip）：指向别处的链接不能让评分人
+    替学生读出别的学生的作业或课程的文件。"""
+    items = []
+    for dirpath, dirnames, filenames, dir_fd in os.fwalk(path, follow_symlinks=False):
+        base = Path(dirpath).relative_to(path)
+        for name in dirnames + filenames:
+            rel = unicodedata.normalize("NFC", (base / name).as_posix())
+            if name in dirnames:  # 指向目录的符号链接也列在 dirnames 里（fwalk 不会进去）
+                if stat.S_ISLNK(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode):
+                    items.append(Item(rel, b"", reason=LINK.format(what="指向文件夹的符号链接"), linked=True))
+                continue
+            try:
+                items.append(_read_one(name, dir_fd, rel))
+            except OSError as e:
+                items.append(Item(rel, b"", reason=f"读不出来（{e.strerror}）：没有评"))
+    return sorted(items, key=lambda it: it.src.split("/"))
+
+
 def read_inputs(path: Path) -> list[Item]:
     path = Path(path)
     if path.is_file() and zipfile.is_zipfile(path):
@@ -167,15 +228,7 @@ def read_inputs(path: Path) -> list[Item]:
         except (zipfile.BadZipFile, zlib.error, EOFError, OSError) as e:
             raise InputError(f"{INCOMPLETE}：{path.name} 打不开（{e}）。") from None
     elif path.is_dir():
-        items = []
-        for p in sorted(path.rglob("*")):
-            if p.is_file():
-                rel = unicodedata.normalize("NFC", p.relative_to(path).as_posix())
-                st = p.stat()
-                if st.st_size > MAX_FILE_BYTES:
-                    items.append(Item(rel, b"", reason=f"文件太大（{st.st_size // 2**20} MB）"))
-                    continue
-                items.append(Item(rel, p.read_bytes(), mtime=st.st_mtime))
+        items = _read_folder(path.resolve())
     elif path.exists():
         raise InputError(_not_a_zip(path))
     else:
@@ -425,7 +478,7 @@ def import_download(path: Path, notebooks: list[str], *, assignment: str = "", n
     out: list[Item] = []
     for it in items:
         it.layout = layout
-        if it.damaged:  # 读不出来的文件：照样从路径认出是谁的，隔离行里写上学生
+        if it.damaged or it.linked:  # 读不出来（没有读）的文件：照样从路径认出是谁的，隔离行里写上学生
             _identify_damaged(it, pat, layout, ctx, roster, notebooks)
         if it.reason:
             out.append(it)
@@ -530,7 +583,7 @@ def save_import(ws: Path, imp: Imported) -> None:
         recs.append(rec)
     meta = {"layout": imp.layout, "title": imp.title, "source": imp.source, "due": _iso(imp.due),
             "due_from_option": imp.due_from_option, "roster": imp.roster.to_json() if imp.roster else None,
-            "batches": imp.batches, "items": recs}
+            "batches": imp.batches, "open_notebooks": imp.open_notebooks, "items": recs}
     part = tmp / "manifest.json.part"
     part.write_text(json.dumps(meta, ensure_ascii=False, indent=1), encoding="utf-8")
     os.replace(part, tmp / "manifest.json")  # 有 manifest.json，新副本就是完整的
@@ -558,7 +611,7 @@ def load_import(ws: Path) -> Imported:
         items.append(it)
     roster = roster_mod.Roster.from_json(meta["roster"]) if meta["roster"] else None
     return Imported(items, meta["layout"], meta["title"], meta["source"], roster, _from_iso(meta["due"]),
-                    meta["due_from_option"], meta.get("batches") or [])
+                    meta["due_from_option"], meta.get("batches") or [], meta.get("open_notebooks"))
 
 
 def parse_due(text: str, option: str = "--due") -> dt.datetime:
@@ -639,8 +692,10 @@ def merge_batches(previous: Imported, imp: Imported, roster) -> dict:
     return {"carried": carried, "replaced": replaced, "kept_old": kept_old, "resolved": resolved}
 
 
-def gather(opts, notebooks: list[str], ws: Path, due_in_gradebook: dt.datetime | None = None) -> Imported:
-    """grade：读名单、导入下载、存副本；feedback（opts.reuse_import）：读上次存的副本。都向助教说明用的是什么。"""
+def gather(opts, notebooks: list[str], ws: Path, due_in_gradebook: dt.datetime | None = None,
+           guarded: bool = False) -> Imported:
+    """grade：读名单、导入下载、存副本；feedback（opts.reuse_import）：读上次存的副本。都向助教说明用的是什么。
+    guarded：课程有学期密钥（没有截止时间时只评点名的 notebook，见 choose_notebooks）。"""
     say = (lambda *a: None) if opts.quiet else (lambda *a: print(*a, file=sys.stderr))
     lms.use_timezone(lms.course_timezone(getattr(opts, "course_root", ".")))
     if opts.reuse_import:
@@ -669,6 +724,7 @@ def gather(opts, notebooks: list[str], ws: Path, due_in_gradebook: dt.datetime |
                           submitted_at=(parse_due(opts.submitted_at, "--submitted-at")
                                         if getattr(opts, "submitted_at", None) else None))
     imp.due_from_option = bool(opts.due)
+    named = named_notebooks(getattr(opts, "notebooks", None), notebooks)
     batches = list(previous.batches) if previous is not None else []
     rerun = bool(batches) and batches[-1].get("source") == imp.source  # 同一个下载再评一次（续跑）：不算新的一批
     batch = batches[-1]["batch"] if rerun else max([b.get("batch", 0) for b in batches] + [len(batches)]) + 1
@@ -681,17 +737,32 @@ def gather(opts, notebooks: list[str], ws: Path, due_in_gradebook: dt.datetime |
     merged = merge_batches(previous, imp, roster) if previous is not None else None
     if merged is not None:
         _mark_late(imp.items, due, lms.label(imp.title))
+    choice = choose_notebooks(notebooks, named, previous.graded_notebooks() if previous is not None else [], due, guarded)
+    imp.open_notebooks = choice.open
     save_import(ws, imp)
+    _report_import(say, imp, choice, batch=batch, rerun=rerun, merged=merged, roster=roster,
+                   notes={"roster": roster_note, "fresh": getattr(opts, "fresh", False) and had_import})
+    return imp
+
+
+def _report_import(say, imp: Imported, choice: Choice, *, batch: int, rerun: bool, merged: dict | None, roster,
+                   notes: dict) -> None:
+    """gather 导入之后向助教说明：这次的下载有什么、隔离了什么、评哪些 notebook、和之前的下载怎么合在一起、要注意什么。"""
     graded = [it for it in imp.items if it.reason is None]
     held = sum(bool(it.reason) and not it.skip for it in imp.items if it.batch == batch)  # 只数这次的下载
     damaged = sum(it.damaged for it in imp.items if it.batch == batch)
-    say(f"识别为 {imp.title}：这次的下载 {this_graded} 份 notebook，"
+    say(f"识别为 {imp.title}：这次的下载 {sum(it.reason is None for it in imp.items if it.batch == batch)} 份 notebook，"
         f"{len({it.student_id for it in imp.items if it.reason is None and it.batch == batch})} 名学生；"
         f"隔离 {held} 个文件；不算提交的 {sum(it.skip for it in imp.items)} 个（系统文件、LMS 回执、较早的版本）"
-        + _roster_and_due(imp) + roster_note)
+        + _roster_and_due(imp) + notes["roster"])
+    linked = sum(it.linked for it in imp.items if it.batch == batch)
+    if linked:
+        say(f"注意：下载里有 {linked} 个符号链接或硬链接，没有读（已隔离，grades.csv 的 detail 写了是哪些）：评分程序不替学生"
+            "读下载之外的文件（别的学生的作业、课程的文件）。请向这些学生要一份真正的 .ipynb。")
     if damaged:
         say(f"注意：下载里有 {damaged} 个文件损坏了、读不出来（已隔离，grades.csv 的 detail 写了是哪些）："
             "请从 LMS 重新下载；其余文件照常评分。")
+    _say_what_is_graded(say, imp, choice)
     if merged is not None and len(imp.batches) > 1:
         say(f"分批评分：这是第 {batch} 次下载{'（和上次是同一个下载：接着评）' if rerun else ''}；之前下载里评过的 {merged['carried']} 份"
             "（这次的下载里没有它们）照旧保留"
@@ -701,7 +772,7 @@ def gather(opts, notebooks: list[str], ws: Path, due_in_gradebook: dt.datetime |
             + (f"；之前隔离的 {merged['resolved']} 个文件已由这次正确命名的提交取代，不再列出" if merged["resolved"] else "")
             + f"。现在一共 {len(graded)} 份 notebook、{len({it.student_id for it in graded})} 名学生。"
             "要从头开始（忘掉之前导入的下载）：加 --fresh。")
-    elif getattr(opts, "fresh", False) and had_import:
+    elif notes["fresh"]:
         say("--fresh：之前导入的下载已忘掉，grades.csv、反馈和导出只含这次的下载。gradebook.db 里之前的分数和人工分"
             "没有删除（formgrader 里还看得到）；要彻底重来，请先备份并删除 gradebook.db。")
     this = [it for it in graded if it.batch == batch]  # 这次的下载里能评的
@@ -713,7 +784,67 @@ def gather(opts, notebooks: list[str], ws: Path, due_in_gradebook: dt.datetime |
     if imp.due is not None and this and not any(it.time for it in this) and imp.layout != "canvas":
         say(f"注意：{lms.label(imp.title)} 的下载里没有提交时间，没法按截止时间判断迟交。这一批是截止之后才收到的话，"
             "加 --submitted-at \"2024-03-02 08:00\"（按课程的时区理解）：这次下载里的每一份都按这个时间算迟交。")
-    return imp
+
+# ----------------------------------------------------------------------------- 评哪些 notebook
+def named_notebooks(text: str | None, notebooks: list[str]) -> list[str]:
+    """--notebooks 01,02（完整的名字、开头的编号或名字的开头；all 是全部）→ 规范的 notebook 名。"""
+    if not text:
+        return []
+    out = []
+    for token in (t.strip() for t in re.split(r"[,，\s]+", text) if t.strip()):
+        if token.lower() in ("all", "全部"):
+            return list(notebooks)
+        found = [nb for nb in notebooks if nb == token or nb.lower().startswith(token.lower())]
+        if len(found) != 1:
+            raise InputError(f"--notebooks 里的 {token!r} " + ("对上了好几个 notebook" if found else "对不上任何 notebook")
+                             + f"：本作业的 notebook 是 {', '.join(notebooks)}（写开头的编号就行，例如 --notebooks 01,02）")
+        out += [nb for nb in found if nb not in out]
+    return out
+
+
+@dataclass
+class Choice:
+    """这次评哪些 notebook（open）和为什么；没评的 notebook 为什么没评（held_why）。"""
+
+    open: list
+    why: str                 # 给助教看的一句话：这次评的是哪些、凭什么
+    held_why: str = ""       # 不评的那些为什么不评
+
+
+def choose_notebooks(notebooks: list[str], named: list[str], before: list[str], due: dt.datetime | None,
+                     guarded: bool, now: dt.datetime | None = None) -> Choice:
+    """评哪些 notebook。一个作业的几个 notebook 在 nbgrader 里只有一个截止时间（整个作业的）；按周发布的课程
+    每周截止之后点名评那一周的（--notebooks）。规则（先到先算）：
+    - 作业已经截止（--due 或 gradebook 里的 duedate 早于现在）：全部评；
+    - 没有截止时间、课程也没有学期密钥：全部评（隐藏输入是公开的种子 0，提前评也泄露不了什么；以前就是这样）；
+    - 否则（还没截止，或者没有截止时间而课程有学期密钥）：只评 --notebooks 点名的和之前评过的（before）。
+    提前交的别的 notebook 的反馈会写出那个 notebook 的隐藏输入：截止之前不评、不写反馈，也不算别人没交。"""
+    now = now or dt.datetime.now(dt.timezone.utc)
+    if due is not None and due <= now:
+        return Choice(list(notebooks), f"作业已经在 {lms.show_time(due)} 截止：全部 notebook 都评")
+    if due is None and not guarded:
+        return Choice(list(notebooks), "作业没有截止时间、课程没有学期密钥：下载里的 notebook 都评")
+    chosen = [nb for nb in notebooks if nb in named or nb in before]
+    parts = [f"{nb}（{'--notebooks 点名' if nb in named else '之前评过'}）" for nb in chosen]
+    until = (f"作业 {lms.show_time(due)} 才截止" if due is not None
+             else "作业没有截止时间，而课程有学期密钥（python -m lib.grading secret）")
+    why = ("这次评的 notebook：" + "、".join(parts)) if chosen else "这次一个 notebook 也不评"
+    return Choice(chosen, f"{why}（{until}：只评 --notebooks 点名的和之前评过的）", f"{until}，这次也没有点名")
+
+
+def _say_what_is_graded(say, imp: Imported, choice: Choice) -> None:
+    """说清楚评哪些 notebook；下载里有、但这次不评的 notebook 有几份、为什么、以后怎么评。"""
+    held: dict = {}
+    for it in imp.items:
+        if it.notebook and not it.skip and not imp.is_open(it.notebook):
+            held[it.notebook] = held.get(it.notebook, 0) + 1
+    if held or choice.held_why:  # 全部都评（作业截止了，或者没有截止时间也没有密钥）时不多说
+        say(choice.why + "。")
+    if held:
+        names = "、".join(f"{nb}（{n} 份）" for nb, n in held.items())
+        numbers = ",".join(nb.split("_", 1)[0] for nb in held)
+        say(f"没有评：{names}：{choice.held_why}。提前交的 notebook 不评、不写反馈（反馈会写出那个 notebook 的隐藏输入），"
+            f"也不算别的学生没交；文件已经存进课程，到期以后加 --notebooks {numbers} 再运行 grade 就评（不用重新下载）。")
 
 
 def _roster_and_due(imp: Imported) -> str:

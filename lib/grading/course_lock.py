@@ -80,8 +80,16 @@ class CourseLock:
                 return False
             raise
 
+    def _others(self) -> list[dict]:
+        return [h for h in self.holders() if not (h.get("host") == socket.gethostname() and h.get("pid") == os.getpid())]
+
     def _busy_message(self) -> str:
-        others = [h for h in self.holders() if not (h.get("host") == socket.gethostname() and h.get("pid") == os.getpid())]
+        others = self._others()
+        for _ in range(40):  # 对方刚拿到锁、还没写下记录（几毫秒）：稍等再读，免得说“没有留下记录”
+            if others:
+                break
+            time.sleep(0.05)
+            others = self._others()
         who = "；".join(describe_holder(h, self.dir.parent) for h in others) or "另一个评分命令（没有留下记录）"
         return f"这个课程正在被使用：{who}。"
 

@@ -76,7 +76,8 @@ class Students:
 
     def __init__(self, results: dict, imported: collect_mod.Imported | None):
         self.imported = imported
-        self.kept = [it for it in imported.items if it.reason is None] if imported else []
+        # 评过的：还没到期、没有评的 notebook 的文件（collect.choose_notebooks）存在副本里，但不导出
+        self.kept = [it for it in imported.items if it.reason is None and imported.is_open(it.notebook)] if imported else []
         if self.kept:  # 只导出导入过的（所有批次合在一起的）学生：--fresh 之前 gradebook 里的旧成绩不算
             ours = {it.student_id for it in self.kept}
             results = {sid: r for sid, r in results.items() if sid in ours}
@@ -106,7 +107,8 @@ class Students:
         graded = {(it.student_id, it.notebook) for it in self.kept}
         out: dict = {}
         for it in self.imported.items:
-            if it.reason and not it.skip and it.student_id and (it.notebook or it.src.lower().endswith(".ipynb")):
+            if it.reason and not it.skip and it.student_id and (it.notebook or it.src.lower().endswith(".ipynb")) \
+                    and (it.notebook is None or self.imported.is_open(it.notebook)):
                 key = it.notebook or Path(it.src).name
                 if (it.student_id, it.notebook) not in graded:
                     out.setdefault(it.student_id, {})[key] = it.reason
@@ -119,7 +121,8 @@ class Students:
     def counted(self, notebooks: list) -> list:
         """计入的 notebook：至少一名学生交了的（和 grade 的汇总同一条规则，pipeline.counted_notebooks）；
         学期中还没发布、没有人交的不计入满分，也不算“未交”。不知道时（没有导入记录）全部计入。"""
-        seen = {it.notebook for it in self.imported.items if it.notebook and not it.skip} if self.kept else set()
+        seen = {it.notebook for it in self.imported.items
+                if it.notebook and not it.skip and self.imported.is_open(it.notebook)} if self.kept else set()
         return [nb for nb in notebooks if nb in seen] or list(notebooks)
 
     def not_handed_in(self, sid: str, notebooks: list) -> list:

@@ -1,11 +1,11 @@
 """一行成绩能说的话，两张表：状态（grades.csv 的 status 列）和可疑迹象（status 里 suspect 的理由）。
 
 每一项的名字（grades.csv、评分通道和存下的执行结果里的写法）、中文标签和意思并排写在这里。发出它的地方
-（runner.py、sandbox_supervisor.py、pipeline.status_of、collect.annotate）和解读它的地方（pipeline.judge、
+（guard.py、sandbox_supervisor.py、pipeline.status_of、collect.annotate）和解读它的地方（pipeline.judge、
 pipeline.summary）都用这两张表，不再各写一份拼写。
 
-只用标准库：runner.py 在沙箱里运行，看不到 lib/。sandbox_kernel.py 把这个文件和 runner.py 一起放进沙箱
-（在那里叫 _grader_flags.py），runner.py 从那里导入它。
+只用标准库：guard.py 在沙箱里运行，看不到 lib/。sandbox_kernel.py 把这个文件和 runner.py、guard.py 一起放进沙箱
+（在那里叫 _grader_flags.py），guard.py 从那里导入它。
 """
 from __future__ import annotations
 
@@ -58,22 +58,22 @@ class Status(Enum):
 
 
 class Flag(Enum):
-    """可疑迹象的种类。by：谁发出。runner 的在学生的内核里发现、马上经评分通道发给评分进程
-    （runner._flag、runner._install_tripwire）；sandbox 的由评分进程自己看通道时发现（sandbox_supervisor）。
+    """可疑迹象的种类。by：谁发出。runner 的由学生的内核里的审计钩子发现、马上经评分通道发给评分进程
+    （guard.py）；sandbox 的由评分进程自己看通道时发现（sandbox_supervisor）。
     pipeline.judge 把同一种的写成一条“标签：说明、说明”，有一条这一行就是 suspect。"""
 
     READ = "read", "runner", "访问了评分相关路径", ("打开、列出或进入课程目录，或路径里有 solutions、source、gradebook.db、"
-                                                  ".grading 这类名字（runner._audit；有 bwrap 时课程目录是空的）")
+                                                  ".grading 这类名字（guard.py；有 bwrap 时课程目录是空的）")
     WRITE = "write", "runner", "在临时目录之外写文件", ("在这份提交的临时副本（和沙箱私有的 /tmp）之外写、删、改名、"
-                                                      "改权限（runner._audit）")
-    NETWORK = "network", "runner", "尝试联网", "socket.connect（runner._audit；有 bwrap 时沙箱里本来就没有网络）"
-    PROCESS = "process", "runner", "创建了子进程", ("fork、subprocess、os.system……第一次创建时发出（runner._audit）；"
+                                                      "改权限（guard.py）")
+    NETWORK = "network", "runner", "尝试联网", "socket.connect（guard.py；有 bwrap 时沙箱里本来就没有网络）"
+    PROCESS = "process", "runner", "创建了子进程", ("fork、subprocess、os.system……第一次创建时发出（guard.py）；"
                                                    "超过 Limits.max_forks 之后的创建被拒绝，这一行另外是 crashed")
     EQ = "eq", "runner", "自定义了 __eq__/__bool__", ("学生的单元格里定义了改写 __eq__、__bool__ 或 __array__ 的类"
-                                                     "（“和什么都相等”的把戏；单元格全部跑完后检查）")
+                                                     "（“和什么都相等”的把戏；@dataclass 生成的 __eq__ 不算；单元格全部跑完后检查）")
     INTROSPECT = "introspect", "runner", "检查时窥探评分程序（调用栈、对象）", (
-        "检查阶段学生的代码拿帧、gc、跟踪函数、ctypes 读内存，或把代码伪装成库或评分程序；同时被拦下"
-        "（PermissionError，runner._install_tripwire）")
+        "检查阶段学生的代码拿帧、跟踪函数、ctypes 读内存；任何时候用 gc 找对象、读 /proc/…/mem、改写函数的 __code__，"
+        "或把代码伪装成库或评分程序；同时被拦下（PermissionError，guard.py）")
     CHANNEL = "channel", "sandbox", "评分通道异常", ("评分通道上来了格式不对或不认识种类的可疑迹象，或输出超过 64 MB"
                                                    "（sandbox_supervisor）")
 

@@ -10,6 +10,7 @@ import functools
 import hashlib
 import json
 import os
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -361,10 +362,15 @@ def _exporter():
     # nbgrader 自己还把整个 Bootstrap 的目录放进来；我们不放，模板里的 bootstrap.min.css 找到的是
     # feedback_zh/ 里的子集（每份反馈从 174 KB 降到约 60 KB）
     c.HTMLExporter.extra_template_paths = [os.path.join(base, "templates")]
+    # 学生写的 Markdown 和输出只显示、不执行（sanitize.py）：模板里 clean_html 换成我们的白名单，JavaScript 输出不写出
+    from . import sanitize
+    c.HTMLExporter.sanitize_html = True
+    c.HTMLExporter.filters = {"clean_html": sanitize.clean_html}
     return HTMLExporter(config=c)
 
 
 FEEDBACK_KEY_MARK = "<!-- lib.grading feedback input sha256: "
+CHARSET = re.compile(r'<meta charset="utf-8"\s*/?>', re.IGNORECASE)  # 反馈页 <head> 里的第一行
 
 
 def _feedback_key(gb, assignment: str, student: str, notebook: str, nb: dict) -> str:
@@ -375,7 +381,7 @@ def _feedback_key(gb, assignment: str, student: str, notebook: str, nb: dict) ->
     import pygments
     here = Path(__file__).resolve().parent  # 我们自己的反馈模板（不是班级报告的）和汇总表代码也是输入
     from . import feedback_math
-    ours = [(here / name).read_text(encoding="utf-8") for name in ("report.py", "feedback_math.py")]
+    ours = [(here / name).read_text(encoding="utf-8") for name in ("report.py", "feedback_math.py", "sanitize.py")]
     ours.append(str(feedback_math.available()))  # 装上 latex2mathml 之后重新渲染
     ours += [f.read_text(encoding="utf-8") for f in sorted((here / "templates" / "feedback_zh").rglob("*")) if f.is_file()]
     sn = gb.find_submission_notebook(notebook, assignment, student)
@@ -424,7 +430,7 @@ def render_feedback(gb, db_url: str, assignment: str, student: str, notebook: st
     import nbformat
     from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor
     from . import report
-    from . import feedback_math
+    from . import feedback_math, sanitize
     exporter = _exporter()
     shown, removed = report.feedback_notebook(nb)
     offline_math = feedback_math.available()  # 公式在这里排成 MathML，反馈不再从 CDN 加载 MathJax
@@ -442,8 +448,8 @@ def render_feedback(gb, db_url: str, assignment: str, student: str, notebook: st
                  "每个测试单元格后面的【评分】是用评分时的输入检查的结果。")}
     node, resources = CSSHTMLHeaderPreprocessor().preprocess(node, resources)
     html, _ = exporter.from_notebook_node(node, resources=resources)
-    if offline_math:
-        html = feedback_math.drop_mathjax(html)
+    if offline_math:  # 没有 MathJax 的脚本了：整页不许运行任何脚本、不许加载外部资源（sanitize.CSP）
+        html = CHARSET.sub(lambda m: m.group(0) + "\n" + sanitize.CSP, feedback_math.drop_mathjax(html), count=1)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(".tmp")
     tmp.write_text(f"{html}\n{FEEDBACK_KEY_MARK}{key} -->\n", encoding="utf-8")

@@ -32,14 +32,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import collect as collect_mod
-from . import gradebook_io, hidden_inputs, lms, repair, report, runner, sandbox
+from . import gradebook_io, hidden_inputs, lms, repair, report, runner, sandbox, sanitize
 from . import probes as probes_mod
 from ..public_tests import PASSED
 from .flags import Flag, Status
 
 HERE = Path(__file__).resolve().parent
-FAKE_PASS_RE = re.compile(r"(测试通过|全部通过|所有测试|通过了所有|tests? passed|all tests|满分|✓|✔|\bPASS\b)",
-                          re.IGNORECASE)
+# 伪造的“测试通过”：学生自己的单元格打印出像课程的测试或评分的话。说“全部测试、满分、公开测试”的一定算；只说“测试通过、
+# passed、✓”的，只有单元格里没有自己的检查（assert、raise、assert_* 函数）时才算——学生自己 assert 过再打印一句
+# “my sanity test passed” 说的是真话（fe44 s006）
+FAKE_PASS_RE = re.compile(r"(全部通过|所有测试|全部测试|通过了所有|通过所有|通过公开测试|all (the )?tests|every test|"
+                          r"passes all|满分|full marks)", re.IGNORECASE)
+OWN_PASS_RE = re.compile(r"(测试通过|tests? passed|\bpass(ed)?\b|✓|✔)", re.IGNORECASE)
 CSV_FIELDS = ["student_id", "notebook", "score", "max_score", "status", "detail"]
 SEED = 0  # 课程没有学期密钥时探针和检查的种子（= exercise_checks.DEFAULT_SEED）；有密钥时见 hidden_inputs.HiddenInputs
 
@@ -56,6 +60,7 @@ class Options:
     roster_id_column: str | None = None
     lms: str | None = None             # 强制的下载布局（None = 自动识别）
     due: str | None = None             # 截止时间（None = 用 gradebook 里的 duedate）
+    notebooks: str | None = None       # --notebooks 01,02：这次点名评的 notebook（collect.choose_notebooks）
     submitted_at: str | None = None    # 没有 LMS 提交时间的下载：这一批的提交时间（判断迟交用）
     reuse_import: bool = False         # feedback：用上次导入的副本，不读下载路径
     checks_module: str = "lib.grading.exercise_checks"
@@ -111,9 +116,9 @@ def load_checks(module: str):
     return mod.CHECKS
 
 
-# 决定执行结果的文件：runner.py 和 flags.py 放进沙箱，repair 决定执行的是什么，sandbox* 执行它
-EXECUTION_FILES = ("runner.py", "flags.py", "repair.py", "sandbox.py", "sandbox_bwrap.py", "sandbox_kernel.py",
-                   "sandbox_forkserver.py", "sandbox_supervisor.py")
+# 决定执行结果的文件：runner.py、guard.py 和 flags.py 放进沙箱，repair 决定执行的是什么，sandbox* 执行它
+EXECUTION_FILES = ("runner.py", "guard.py", "flags.py", "repair.py", "sandbox.py", "sandbox_bwrap.py",
+                   "sandbox_kernel.py", "sandbox_forkserver.py", "sandbox_supervisor.py")
 
 
 def grader_version(opts: Options, probes_source: str, inputs: str = "") -> str:
@@ -193,6 +198,29 @@ def _name_the_answer_cell_error(messages: dict, repaired: dict, ex: dict) -> Non
                                           f"执行到，所以检查时看到的是：{msg}")
 
 
+def _checks_itself(source: str) -> bool:
+    """单元格里有学生自己的检查：assert 语句、raise，或调用名字以 assert 开头的函数（np.testing.assert_allclose……）。"""
+    import ast
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return False
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Assert, ast.Raise)):
+            return True
+        if isinstance(node, ast.Call):
+            name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+            if name.lower().startswith("assert"):
+                return True
+    return False
+
+
+def fakes_a_pass(source: str, text: str) -> bool:
+    """学生自己的单元格（source）打印的 text 像伪造的“测试通过”（见 FAKE_PASS_RE）。"""
+    text = _without_own_public_tests(source, text)
+    return bool(FAKE_PASS_RE.search(text) or (OWN_PASS_RE.search(text) and not _checks_itself(source)))
+
+
 def _without_own_public_tests(source: str, text: str) -> str:
     """学生在自己的单元格里调用 public_test(...) 时，它通过时打印的那一行（lib.public_tests.PASSED）是真的，
     不算伪造的“测试通过”：去掉这些行。单元格里没有调用 public_test、却打印了同样的一行，照样算。"""
@@ -254,7 +282,7 @@ def judge(state: dict, repaired: dict, release: dict, checks: dict, notebook: st
         if cell.get("cell_type") != "code" or repair.is_test(cell) or repair._src(cell) in release_sources:
             continue  # 只看学生自己写的单元格
         text = "".join(o.get("text", "") for o in ex["outputs"].get(str(i), []) if o.get("output_type") == "stream")
-        if FAKE_PASS_RE.search(_without_own_public_tests(repair._src(cell), text)):
+        if fakes_a_pass(repair._src(cell), text):
             tamper.append(f"第 {i + 1} 个单元格打印了像“测试通过”的文字")
             break
     # 可见测试通过、隐藏的检查没通过是正常情况（隐藏的输入发现了可见测试没发现的错误），不算可疑迹象
@@ -266,10 +294,13 @@ def judge(state: dict, repaired: dict, release: dict, checks: dict, notebook: st
 def autograded_notebook(repaired: dict, ex: dict, messages: dict) -> dict:
     nb = copy.deepcopy(repaired)
     for i, cell in enumerate(nb["cells"]):
+        if cell.get("cell_type") == "markdown" and not repair._meta(cell).get("locked"):  # 学生能写的 Markdown
+            cell["source"] = sanitize.safe_markdown(repair._src(cell))
         if cell.get("cell_type") != "code":
             continue
-        cell["outputs"] = copy.deepcopy(ex["outputs"].get(str(i), []))
-        cell["execution_count"] = ex["exec_counts"].get(str(i))
+        # 输出来自学生的内核：从头重建，只留能安全显示的（反馈 HTML、formgrader 都显示它们，sanitize.py）
+        cell["outputs"] = sanitize.safe_outputs(copy.deepcopy(ex["outputs"].get(str(i), [])))
+        cell["execution_count"] = sanitize.safe_count(ex["exec_counts"].get(str(i)))
         for out in cell["outputs"]:
             if out.get("output_type") in ("display_data", "execute_result"):
                 out.setdefault("metadata", {})
@@ -406,8 +437,10 @@ class GradingRun:
     def collect(self) -> None:
         """导入下载（lib/grading/collect.py），隔离认不出的文件，排好执行的顺序，后台开始准备 gradebook。"""
         opts = self.opts
-        imported = collect_mod.gather(opts, self.notebooks, self.ws, gradebook_io.read_duedate(self.db_url, opts.assignment))
+        imported = collect_mod.gather(opts, self.notebooks, self.ws, gradebook_io.read_duedate(self.db_url, opts.assignment),
+                                      guarded=not self.inputs.public)
         self.items, self.roster = imported.items, imported.roster_ids
+        self.open = [nb for nb in self.notebooks if imported.is_open(nb)]  # 这次评的 notebook（别的还没到期）
         self.checks = load_checks(opts.checks_module)
         self.probes_source = probes_mod.kernel_source(opts.probes_file)  # probes.py + 每个练习模块的探针一段
         self.version = grader_version(opts, self.probes_source, self.inputs.version())
@@ -422,7 +455,7 @@ class GradingRun:
         self._start_gradebook_setup(imported)
         quarantine = self.ws / "quarantine"
         for it in self.items:
-            if it.reason and not it.skip:
+            if it.reason and not it.skip and (it.notebook is None or it.notebook in self.open):
                 qp = quarantine / _safe_name(it.src.replace("/", "__"))
                 qp.parent.mkdir(parents=True, exist_ok=True)
                 if it.data:
@@ -430,7 +463,8 @@ class GradingRun:
                 self.rows.append(Row(it.student_id or "", it.notebook or "", None, None, Status.QUARANTINED.value,
                                      f"{it.reason}；文件：{it.src}"))
         # 慢的先评（最长处理时间优先）：并行时不会在最后只剩一个槽位跑一份慢的、另一个槽位空等
-        self.todo = sorted((it for it in self.items if it.reason is None), key=lambda it: -estimated_seconds(it.nb))
+        self.todo = sorted((it for it in self.items if it.reason is None and it.notebook in self.open),
+                           key=lambda it: -estimated_seconds(it.nb))
 
     def _report_previous_run(self) -> None:
         """另一位助教（或上一次的自己）已经评过的：说清楚是谁、什么时候，这次哪些直接沿用执行结果。"""
@@ -438,7 +472,7 @@ class GradingRun:
             last = json.loads((self.ws / "last_run.json").read_text(encoding="utf-8"))
         except (OSError, json.JSONDecodeError):
             return
-        todo = [it for it in self.items if it.reason is None]
+        todo = [it for it in self.items if it.reason is None and it.notebook in self.open]
         reused = sum(self._stored_state(it) is not None for it in todo)
         if last.get("user") and reused:
             self.say(f"{reused} 份提交已经评过（上一次是 {last['user']} 在 {last.get('host', '?')} 上于 "
@@ -726,7 +760,7 @@ class GradingRun:
                 if (it.student_id, it.notebook) not in done_keys:
                     rows.append(Row(it.student_id, it.notebook, None, None, Status.INTERRUPTED.value,
                                     "评分被中断（Ctrl-C），这份还没有评：再运行同一个命令会接着评"))
-        counted = counted_notebooks(rows, self.notebooks)
+        counted = counted_notebooks(rows, self.open) if self.open else []
         rows += missing_rows(rows, self.roster, counted)
         rows.sort(key=lambda r: (r.student_id == "", r.student_id, r.notebook, r.status, r.detail))
         write_csv(self.course / "grades.csv", rows)
@@ -739,7 +773,8 @@ class GradingRun:
             raise KeyboardInterrupt
         if not self.opts.quiet:
             print(summary(rows, time.monotonic() - self.t0, self.use_bwrap, what="反馈" if self.opts.reuse_import else "评分",
-                          not_counted=[nb for nb in self.notebooks if nb not in counted]))
+                          not_counted=[nb for nb in self.open if nb not in counted],
+                          not_open=[nb for nb in self.notebooks if nb not in self.open]))
         return rows
 
 
@@ -887,9 +922,11 @@ def write_csv(path: Path, rows: list[Row]) -> None:
     tmp.replace(path)
 
 
-def summary(rows: list[Row], seconds: float, use_bwrap: bool, what: str = "评分", not_counted: list = ()) -> str:
+def summary(rows: list[Row], seconds: float, use_bwrap: bool, what: str = "评分", not_counted: list = (),
+            not_open: list = ()) -> str:
     """运行结束时的汇总。what：“评分”（grade）或“反馈”（feedback：不重新执行，只重写反馈和 grades.csv）；
-    not_counted：还没有人交、不计入的 notebook（counted_notebooks）。"""
+    not_counted：还没有人交、不计入的 notebook（counted_notebooks）；not_open：这次不评的 notebook
+    （还没到截止时间、也没有点名，见 collect.choose_notebooks）。"""
     counts: dict = {}
     for r in rows:
         for tok in Status.split(r.status):
@@ -901,6 +938,9 @@ def summary(rows: list[Row], seconds: float, use_bwrap: bool, what: str = "评�
         counted = sorted({r.notebook for r in rows if r.notebook} - set(not_counted))
         lines.append(f"计入的 notebook：{'、'.join(counted)}（至少一名学生交了的）；还没有人交的 {'、'.join(not_counted)} "
                      "不计入，不算谁没交，导出时也不计入满分。")
+    if not_open:
+        lines.append(f"这次不评的 notebook：{'、'.join(not_open)}（没有用 --notebooks 点名，作业也还没截止或者没有截止时间）：不写反馈，"
+                     "不算谁没交。")
     missing = [r for r in rows if r.status == Status.MISSING.value]
     if missing:
         lines.append(f"没交的 notebook：{len(missing)} 个（{len({r.student_id for r in missing})} 名学生），"

@@ -34,9 +34,10 @@ from pathlib import Path
 
 from . import runner
 from .runner import SANDBOX_WORKDIR
-from .sandbox_bwrap import UID_BASE, bwrap_can_drop_uid, bwrap_command, bwrap_status, is_under  # noqa: F401
+from .sandbox_bwrap import (UID_BASE, options_via_fd, bwrap_can_drop_uid, bwrap_command, bwrap_status, is_under,  # noqa: F401
+                            sandbox_python)
 from .sandbox_forkserver import ForkServer, ForkServerError, start_forked
-from .sandbox_kernel import SANDBOX_RUNNER, kernel_env, runner_args, ship
+from .sandbox_kernel import SANDBOX_RUNNER, kernel_env, setup_line, ship
 from .sandbox_supervisor import ExecResult, Supervisor
 
 # 每个评分进程用自己的一段 uid（每段 64 个槽位）：同一台机器上同时跑两次评分（两门课、两个助教、
@@ -66,12 +67,36 @@ class Limits:
 
 
 # ---------------------------------------------------------------- 临时副本
+_FONT_CACHE: dict = {}
+_FONT_LOCK = threading.Lock()
+
+
+def font_cache(base: Path) -> Path | None:
+    """matplotlib 的字体缓存（fontlist-*.json），每次评分建一次，放在 base/mpl-cache。每份提交的 MPLCONFIGDIR
+    （沙箱里的 /tmp/mpl）一开始是空的：没有它时学生第一次画图，matplotlib 要运行 fc-list（一个子进程）现建缓存，
+    诚实的 plt.imshow 会被标成“创建了子进程”，每份还要多花一两秒。没装 matplotlib 或建不成时 None（照旧现建）。"""
+    with _FONT_LOCK:
+        if base not in _FONT_CACHE:
+            cache = Path(base) / "mpl-cache"
+            cache.mkdir(exist_ok=True)
+            env = dict(kernel_env(None), MPLCONFIGDIR=str(cache), HOME=str(cache))
+            try:
+                ok = subprocess.run([sandbox_python(), "-c", "import matplotlib.font_manager"], env=env, cwd=str(cache),
+                                    capture_output=True, timeout=300).returncode == 0
+            except (OSError, subprocess.TimeoutExpired):
+                ok = False
+            _FONT_CACHE[base] = cache if ok and any(cache.glob("fontlist-*.json")) else None
+        return _FONT_CACHE[base]
+
+
 def prepare_scratch(base: Path, course_root: Path, nb: dict) -> Path:
-    """临时副本：lib/（去掉 lib/grading/）+ 这份 notebook，旁边是 runner.py 和它的 flags.py。
-    不含 source/、solutions/、gradebook.db。"""
+    """临时副本：lib/（去掉 lib/grading/）+ 这份 notebook，旁边是 runner.py 和它导入的文件（sandbox_kernel.SHIPPED），
+    mpl/ 里是 matplotlib 的字体缓存（font_cache）。不含 source/、solutions/、gradebook.db。"""
     scratch = Path(tempfile.mkdtemp(prefix="sub-", dir=base))
     work = scratch / "work"
     work.mkdir()
+    fonts = font_cache(base)
+    shutil.copytree(fonts, scratch / "mpl") if fonts is not None else (scratch / "mpl").mkdir()
     lib_src = course_root / "lib"
     if lib_src.is_dir():
         shutil.copytree(lib_src, work / "lib",
@@ -124,10 +149,11 @@ def hand_over(scratch: Path, scratch_base: Path, uid: int, use_bwrap: bool) -> N
     if not use_bwrap:
         for d in (Path(scratch_base), scratch):
             os.chmod(d, 0o711)
-    for dirpath, dirnames, filenames in os.walk(scratch / "work"):
-        os.chown(dirpath, uid, uid)
-        for fn in filenames:
-            os.chown(os.path.join(dirpath, fn), uid, uid)
+    for top in ("work", "mpl"):
+        for dirpath, dirnames, filenames in os.walk(scratch / top):
+            os.chown(dirpath, uid, uid)
+            for fn in filenames:
+                os.chown(os.path.join(dirpath, fn), uid, uid)
 
 
 def nproc_limit(drop_uid: int, limits: Limits) -> int:
@@ -152,22 +178,32 @@ def kernel_can_read(path: Path, use_bwrap: bool) -> bool:
 
 
 # ---------------------------------------------------------------- 启动内核
-def start_kernel(cmd: list, args: list, env: dict, errf, channel_w: int, scratch: Path, nb: dict,
+def start_kernel(cmd: list, setup: bytes, env: dict, errf, channel_w: int, scratch: Path, nb: dict,
                  forkserver: ForkServer | None):
-    """启动内核，返回 (进程, 内核的控制输入)。cmd：bwrap 的命令行（没有沙箱时为空）。有模板进程时让它 fork 一个
-    内核加入新建的沙箱；模板不能用时（这一份和之后的）改用全新的 Python。"""
+    """启动内核，返回 (进程, 内核的控制输入)。cmd：bwrap 的命令行（没有沙箱时为空）；setup：控制输入的第一行
+    （sandbox_kernel.setup_line）。有模板进程时让它 fork 一个内核加入新建的沙箱；模板不能用时（这一份和之后的）
+    改用全新的 Python。"""
     work = scratch / "work"
     if forkserver is not None:
         try:
-            return start_forked(forkserver, cmd, env, errf, channel_w, runner.needs_torch(nb["cells"]), args, work)
+            return start_forked(forkserver, cmd, env, errf, channel_w, runner.needs_torch(nb["cells"]), setup, work)
         except ForkServerError:
             pass
-    # 解释器用解析过符号链接的目录里的那个（venv 本身可以是指向别处的链接；bwrap 挂回沙箱的是解析后的目录）
-    py = str(Path(sys.executable).parent.resolve() / Path(sys.executable).name)
     runner_path = SANDBOX_RUNNER if cmd else str(scratch / "runner.py")
-    proc = subprocess.Popen(cmd + [py, "-u", runner_path, *args], stdin=subprocess.PIPE,
-                            stdout=subprocess.DEVNULL, stderr=errf, env=env, pass_fds=(channel_w,),
-                            start_new_session=True, cwd=str(work))
+    cmd, args_fd = options_via_fd(cmd) if cmd else ([], None)
+    try:
+        proc = subprocess.Popen(cmd + [sandbox_python(), "-u", runner_path], stdin=subprocess.PIPE,
+                                stdout=subprocess.DEVNULL, stderr=errf, env=env,
+                                pass_fds=(channel_w,) + ((args_fd,) if args_fd is not None else ()),
+                                start_new_session=True, cwd=str(work))
+    finally:
+        if args_fd is not None:
+            os.close(args_fd)
+    try:
+        proc.stdin.write(setup)
+        proc.stdin.flush()
+    except OSError:  # 内核没起来：_outcome 报告 SandboxError
+        pass
     return proc, proc.stdin
 
 
@@ -188,11 +224,11 @@ def execute(nb: dict, *, course_root: Path, scratch_base: Path, hide: list[Path]
     nb_path = f"{SANDBOX_WORKDIR}/submission.ipynb" if use_bwrap else str(scratch / "work" / "submission.ipynb")
     r_fd, w_fd = os.pipe()
     os.set_inheritable(w_fd, True)
-    args = runner_args(nb_path, limits, drop_uid, course_root, w_fd, nproc_limit(drop_uid, limits))
+    setup = setup_line(nb_path, limits, drop_uid, course_root, w_fd, nproc_limit(drop_uid, limits))
     cmd = bwrap_command(course_root, scratch_base, hide, scratch, drop_uid) if use_bwrap else []
     env = kernel_env(None if use_bwrap else scratch)
     errf = open(scratch / "stderr.txt", "wb")
-    proc, control_pipe = start_kernel(cmd, args, env, errf, w_fd, scratch, nb, forkserver if use_bwrap else None)
+    proc, control_pipe = start_kernel(cmd, setup, env, errf, w_fd, scratch, nb, forkserver if use_bwrap else None)
     os.close(w_fd)
     n_code = sum(1 for c in nb["cells"] if c.get("cell_type") == "code")
     supervisor = Supervisor(res, proc, r_fd, control_pipe, control, limits, STOP, t_start, n_code)

@@ -1,8 +1,8 @@
 """bubblewrap（bwrap）：这台机器上能不能用、能不能在沙箱里换 uid，和一份提交的 bwrap 命令行。
 
 命令行（bwrap_command）从外到内：整个文件系统只读 → 新的空 /tmp → 课程目录、评分人的家目录、评分的临时目录和
-下载的文件夹盖上空的 tmpfs → 被盖住的 Python 只读地挂回原处 → 这份提交的工作目录和放进沙箱的文件（runner.py、
-flags.py）→ 新的 ipc、pid、net、uts、cgroup 命名空间。
+下载的文件夹盖上空的 tmpfs → 被盖住的 Python 只读地挂回原处 → 这份提交的工作目录、matplotlib 的配置目录（里面是
+预先建好的字体缓存）和放进沙箱的文件（runner.py、guard.py、flags.py）→ 新的 ipc、pid、net、uts、cgroup 命名空间。
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from .runner import SANDBOX_WORKDIR
-from .sandbox_kernel import shipped_binds
+from .sandbox_kernel import SANDBOX_MPL, shipped_binds
 
 UID_BASE = 61000  # 降权的内核用的 uid 从这里开始（每个评分进程一段，见 sandbox.RUN_UID_BASE）
 NO_BWRAP_MESSAGE = (
@@ -46,6 +46,25 @@ def bwrap_status() -> tuple[bool, str]:
     return res
 
 
+def sandbox_python() -> str:
+    """沙箱里运行的解释器：venv 的 bin/python，目录解析过符号链接（.venv 可以是指向别处的链接，比如指向另一个克隆里的
+    .venv：链接本身在课程目录里，沙箱里被盖住了；bwrap 挂回沙箱的是解析后的目录）。文件名不解析：解析到底就不再是 venv。"""
+    return str(Path(sys.executable).parent.resolve() / Path(sys.executable).name)
+
+
+def options_via_fd(cmd: list) -> tuple[list, int | None]:
+    """bwrap 的选项改从管道读（bwrap --args FD）：沙箱里看得见 bwrap 自己的命令行（/proc/1/cmdline），那里就只剩
+    “bwrap --args N”，看不到盖住了评分人的哪些目录。返回 (新的命令, 要传给 bwrap 的 fd；Popen 之后由调用者关掉)。
+    选项比管道的缓冲（64 KiB）还长时照旧放在命令行上（不会发生：通常 2–4 KB）。"""
+    data = b"".join(os.fsencode(a) + b"\0" for a in cmd[1:])
+    if not cmd or len(data) > 60000:
+        return list(cmd), None
+    r, w = os.pipe()
+    os.write(w, data)
+    os.close(w)
+    return [cmd[0], "--args", str(r)], r
+
+
 def bwrap_can_drop_uid() -> bool:
     """以 root 身份运行 bwrap 时，沙箱里能否切换到别的 uid（容器里的 bwrap 可能只能建只映射 uid 0 的
     user namespace，那样切换会失败；这时不切换 uid，进程数上限只靠审计钩子）。"""
@@ -54,8 +73,8 @@ def bwrap_can_drop_uid() -> bool:
     ok = False
     if os.geteuid() == 0 and bwrap_status()[0]:
         cmd = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
-               "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--die-with-parent",
-               "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", sys.executable, "-S", "-c",
+               *python_rebinds([]), "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts",
+               "--die-with-parent", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", sandbox_python(), "-S", "-c",
                f"import os; os.setgroups([]); os.setgid({UID_BASE}); os.setuid({UID_BASE}); "
                f"assert os.getuid() == {UID_BASE}"]
         try:
@@ -114,7 +133,8 @@ def bwrap_command(course_root: Path, scratch_base: Path, hide: list, scratch: Pa
     for h in hidden:
         cmd += ["--tmpfs", str(h)]
     cmd += python_rebinds(hidden)
-    cmd += ["--bind", str(scratch / "work"), SANDBOX_WORKDIR, *shipped_binds(scratch),
+    cmd += ["--bind", str(scratch / "work"), SANDBOX_WORKDIR, "--bind", str(scratch / "mpl"), SANDBOX_MPL,
+            *shipped_binds(scratch),
             "--chdir", SANDBOX_WORKDIR, "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts",
             "--unshare-cgroup-try", "--die-with-parent", "--new-session"]
     if drop_uid >= 0:

@@ -17,7 +17,8 @@ import sys
 import threading
 from pathlib import Path
 
-from .sandbox_kernel import SANDBOX_RUNNER, kernel_env, ship
+from .sandbox_bwrap import options_via_fd, sandbox_python
+from .sandbox_kernel import kernel_env, ship
 
 
 class ForkServerError(Exception):
@@ -52,14 +53,14 @@ class ForkServer:
             self._templates[kind] = (proc, ours)
         return self._templates[kind][1]
 
-    def spawn(self, kind: str, pid: int, namespaces: dict, fds: list[int], argv: list[str]) -> None:
+    def spawn(self, kind: str, pid: int, namespaces: dict, fds: list[int]) -> None:
         """fds：内核的控制输入（读端）、stderr 文件、通道（写端）。"""
         with self._locks[kind]:
             if self.error is not None:
                 raise ForkServerError(self.error)
             try:
                 sock = self._socket(kind)
-                request = json.dumps({"pid": pid, "namespaces": namespaces, "argv": argv}).encode()
+                request = json.dumps({"pid": pid, "namespaces": namespaces}).encode()
                 socket.send_fds(sock, [request], fds)
                 reply = sock.recv(65536)
             except OSError as e:
@@ -93,14 +94,19 @@ HOLDER = "import os, sys; os.write(1, b'ready'); sys.stdin.buffer.read()"
 
 
 def start_forked(forkserver: ForkServer, bwrap_cmd: list, env: dict, errf, channel_w: int, with_torch: bool,
-                  runner_args: list, work: Path):
-    """用和全新内核完全相同的 bwrap 参数新建沙箱（里面是占位进程），再让模板 fork 一个内核加入它。
-    返回 (占位进程, 内核的控制输入)。"""
+                  setup: bytes, work: Path):
+    """用和全新内核完全相同的 bwrap 参数新建沙箱（里面是占位进程），再让模板 fork 一个内核加入它。setup：控制输入的
+    第一行（和全新的内核一样）。返回 (占位进程, 内核的控制输入)。"""
     info_r, info_w = os.pipe()
     ready_r, ready_w = os.pipe()
-    proc = subprocess.Popen(bwrap_cmd + ["--info-fd", str(info_w), sys.executable, "-I", "-S", "-c", HOLDER],
-                            stdin=subprocess.PIPE, stdout=ready_w, stderr=errf, env=env, pass_fds=(info_w,),
-                            start_new_session=True, cwd=str(work))
+    cmd, args_fd = options_via_fd(bwrap_cmd + ["--info-fd", str(info_w)])
+    try:
+        proc = subprocess.Popen(cmd + [sandbox_python(), "-I", "-S", "-c", HOLDER], stdin=subprocess.PIPE, stdout=ready_w,
+                                stderr=errf, env=env, pass_fds=(info_w,) + ((args_fd,) if args_fd is not None else ()),
+                                start_new_session=True, cwd=str(work))
+    finally:
+        if args_fd is not None:
+            os.close(args_fd)
     os.close(info_w)
     os.close(ready_w)
     control_r = control_w = None
@@ -118,8 +124,9 @@ def start_forked(forkserver: ForkServer, bwrap_cmd: list, env: dict, errf, chann
         else:
             raise ForkServerError(f"bwrap --info-fd 的输出不完整：{info[:200]!r}")
         control_r, control_w = os.pipe()
+        os.write(control_w, setup)  # 一行设置，远小于管道的缓冲：内核起来之后读
         forkserver.spawn("torch" if with_torch else "numpy", namespaces["child-pid"], namespaces,
-                         [control_r, errf.fileno(), channel_w], [SANDBOX_RUNNER, *runner_args])
+                         [control_r, errf.fileno(), channel_w])
     except BaseException:
         try:
             os.killpg(proc.pid, signal.SIGKILL)

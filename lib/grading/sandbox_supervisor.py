@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass, field
 
 from .flags import RUNNER_FLAGS, Flag
+from .guard import FORKS, REPLACED
 
 MAX_FLAGS = 100
 MAX_OUTPUT = 64 * 1024 * 1024  # 通道上的字节数
@@ -40,10 +41,18 @@ class ExecResult:
 
 
 def take_alert(res: ExecResult, ev: dict) -> None:
-    """runner 在发现的那一刻发出的可疑迹象（runner._install_tripwire）：{"ev": "alert", "kind": ..., "hex": 说明的
-    UTF-8 十六进制}。不带 nonce：学生伪造一条只会标记自己。不认识的写法记作评分通道异常（Flag.CHANNEL）。"""
+    """审计钩子在发现的那一刻发出的可疑迹象（guard.py）：{"ev": "alert", "kind": ..., "hex": 说明的 UTF-8 十六进制}。
+    不带 nonce：学生伪造一条只会标记自己。kind 是 replaced（替换了的函数：记进 changed）、forks（创建的进程超过上限：
+    说明是个数）或 flags.Flag 里 runner 的一种；不认识的写法记作评分通道异常（Flag.CHANNEL）。"""
     try:
         kind, detail = str(ev["kind"]), bytes.fromhex(str(ev["hex"])).decode("utf-8", "replace")[:300]
+        if kind == REPLACED:
+            if len(res.changed) < MAX_FLAGS:
+                res.changed.append(detail)
+            return
+        if kind == FORKS:
+            res.forks = max(res.forks, int(detail))
+            return
         if kind not in RUNNER_FLAGS:
             kind, detail = Flag.CHANNEL.value, f"不认识的可疑迹象 {kind[:40]!r}"
     except (KeyError, ValueError):
@@ -169,9 +178,9 @@ class Supervisor:
             self._send_control()
         elif kind == "record" and w.cells_done and ev.get("nonce") == self.control["nonce"] and res.records is None:
             res.records = ev.get("records") or {}
-            res.changed = list(ev.get("changed") or [])
+            res.changed += [str(x) for x in ev.get("changed") or []][:MAX_FLAGS]  # 现在都经 alert 发来，这里是空的
             res.flags.extend(ev.get("flags") or [])
-            res.forks = int(ev.get("forks") or 0)
+            res.forks = max(res.forks, int(ev.get("forks") or 0))
         elif kind == "done" and ev.get("nonce") == self.control["nonce"] and res.records is not None:
             w.done = True
         elif kind == "alert":
