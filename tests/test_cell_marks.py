@@ -42,3 +42,11 @@ def test_page_weight_counts_only_what_a_reader_sees():
     assert page_weight.section_sizes(Path("/nonexistent/lecture07.md")) == page_weight.LECTURE_CHARS
     names = [r[0] for r in page_weight.rows()]
     assert names[0].startswith("00_") and names[-1].startswith("12_") and len(names) == 13
+
+
+def test_every_page_shows_at_most_three_times_its_lecture_section():
+    """页面看得见的文字（不算收起的证据）不超过讲义对应小节的 3 倍（issue 43：页面先是一堂课，证据点一下才看见）。"""
+    from lib.tools import page_weight
+    heavy = {name: round(ratio, 2) for name, _, _, _, ratio, _ in page_weight.rows() if round(ratio, 1) > 3.0}
+    assert not heavy, (f"这些页面看得见的文字超过了讲义小节的 3 倍：{heavy}。把推导、种子表、来源这类证据收进 <details> "
+                       "或带 hide-input 标签的单元格，或者删掉重复的话；python -m lib.tools.page_weight 打印每一页的数")
