@@ -60,7 +60,7 @@ lab-ta: setup-student
 	$(PY) -m lib.coursework lab --ta $(LAB_ARGS)
 
 update: setup-student
-	$(PY) -m lib.coursework update
+	$(PY) -m lib.coursework update $(if $(FORCE),--force)
 
 # 浏览器测试要 Chromium 和一种中文字体（Debian 的 fonts-noto-cjk：没有它，中文都画成方块，手机宽度的版面量的是方块，
 # tests/test_site.py 会直接失败并提示运行 make system-deps），评分沙箱要 bubblewrap，PostgreSQL gradebook 的测试

@@ -31,6 +31,9 @@ BACKUPS = "备份"
 # 复制进副本的课程文件（相对于课程根目录；副本里的相对位置不变，notebook 之间的链接和徽章图片照样能用）
 COURSE_GLOBS = ("notebooks/*.ipynb", "release/exercises/*.ipynb", "assets/*")
 PROFILES = {"student": "deploy/jupyterhub/jupyter-config/student", "ta": "deploy/jupyterhub/jupyter-config/grader"}
+# make lab 在学生的 profile 上再叠一层（hub 不用）：自己的电脑上没有 nbgrader 的交换服务，Assignment List 只会报英文的
+# “Error fetching courses!”，所以连同只有它一项的 Nbgrader 菜单一起关掉；练习在 mywork/release/exercises/ 里直接打开
+LOCAL_STUDENT_LAYER = "deploy/jupyterhub/jupyter-config/student-local"
 START_PAGE = "notebooks/00_start_here.ipynb"
 # JupyterLab 的工作区（开着哪些标签页）按名字分开存：学生的（根目录是 mywork/）和助教的（根目录是课程根目录）同名的话，
 # 在一边打开的 notebooks/02… 会在另一边恢复成另一份文件（助教那边就是课程的文件本身）
@@ -101,8 +104,8 @@ def lab_command(root: Path, ta: bool = False, extra=()) -> tuple[list[str], dict
     """启动 JupyterLab 的命令和环境。学生：课程的学生设置（中文界面、没有新闻弹窗、没有教师工具），根目录是副本，
     打印的网址直接打开 00_start_here；助教：助教的设置（有 formgrader），根目录是课程根目录。
     服务器总在课程根目录运行：nbgrader 的 Validate 在那里找 nbgrader_config.py。"""
-    profile = str(root / PROFILES["ta" if ta else "student"])
-    config_path = os.pathsep.join([profile, *filter(None, [os.environ.get("JUPYTER_CONFIG_PATH")])])
+    profiles = [str(root / PROFILES["ta"])] if ta else [str(root / LOCAL_STUDENT_LAYER), str(root / PROFILES["student"])]
+    config_path = os.pathsep.join([*profiles, *filter(None, [os.environ.get("JUPYTER_CONFIG_PATH")])])
     env = dict(os.environ, JUPYTER_CONFIG_PATH=config_path)
     cmd = [sys.executable, "-m", "jupyter", "lab", f"--ServerApp.root_dir={root if ta else root / WORKDIR}",
            "--LabApp.news_url=None", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]
@@ -232,7 +235,30 @@ def merge_into_workdir(root: Path, stamp: str) -> list[str]:
     return lines
 
 
-def update(root: Path = REPO_ROOT) -> int:
+def open_labs(root: Path) -> list[dict]:
+    """这台机器上、这个用户开着的 JupyterLab 里，根目录在这个课程里的（jupyter_server 的运行时文件，进程还在的）。"""
+    try:
+        from jupyter_server.serverapp import list_running_servers
+        servers = list(list_running_servers())
+    except Exception:  # noqa: BLE001  没装 jupyter_server、运行时目录读不了：当作没有
+        return []
+    here = Path(root).resolve()
+    out = []
+    for info in servers:
+        top = Path(info.get("root_dir") or info.get("notebook_dir") or "/").resolve()
+        if top == here or here in top.parents:
+            out.append(info)
+    return out
+
+
+def update(root: Path = REPO_ROOT, force: bool = False) -> int:
+    labs = [] if force else open_labs(root)
+    if labs:
+        where = "、".join(f"{info.get('url', '?')}（进程 {info.get('pid', '?')}）" for info in labs)
+        print(f"make update 没有进行：这个课程的 JupyterLab 还开着（{where}）。开着的页面会在自动保存时把并进来的新内容"
+              "覆盖掉。先关掉它（JupyterLab 里 文件 → 关闭并停止服务，或者在运行 make lab 的终端里按两次 Ctrl-C），"
+              "再运行 make update。确实要现在更新：make update FORCE=1（或 python -m lib.coursework update --force），之后把开着的页面关掉重开。")
+        return 1
     if head_commit(root) is None:
         print("这个课程文件夹不是用 git clone 得到的，make update 取不到新版本：请用 README 里的 git clone 命令重新下载，"
               f"再把你的 {WORKDIR}/ 文件夹拷进新的课程文件夹。")
@@ -252,7 +278,7 @@ def update(root: Path = REPO_ROOT) -> int:
     print("\n".join(f"  {line}" for line in lines) if lines else "  你的副本不用改。")
     if (root / WORKDIR / BACKUPS / stamp).exists():
         print(f"改写之前的文件原样备份在 {WORKDIR}/{BACKUPS}/{stamp}/。JupyterLab 里开着的页面请关掉重开"
-              "（或者 文件 → 从磁盘重新加载），不要用旧的内容覆盖新的。")
+              "（或者 文件 → 从磁盘重新加载）；JupyterLab 问“文件已更改”时点“撤回”（载入新内容），不要点“覆盖”。")
     return 0
 
 
@@ -262,7 +288,8 @@ def main(argv=None) -> int:
     p_lab = sub.add_parser("lab", help="建好副本（第一次）并打开 JupyterLab；其余参数交给 JupyterLab")
     p_lab.add_argument("--ta", action="store_true", help="助教的 JupyterLab：课程根目录，有 formgrader")
     sub.add_parser("init", help="只建副本（课程里有、副本里没有的文件复制过去）")
-    sub.add_parser("update", help="取课程的新版本并把它并进副本")
+    p_update = sub.add_parser("update", help="取课程的新版本并把它并进副本")
+    p_update.add_argument("--force", action="store_true", help="这个课程的 JupyterLab 开着也更新（之后把开着的页面关掉重开）")
     args, extra = parser.parse_known_args(argv)
     if args.command == "lab":
         lab(REPO_ROOT, args.ta, extra)  # 换成 JupyterLab 进程，不返回
@@ -271,7 +298,7 @@ def main(argv=None) -> int:
     if args.command == "init":
         init(REPO_ROOT)
         return 0
-    return update(REPO_ROOT)
+    return update(REPO_ROOT, force=args.force)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -237,18 +238,60 @@ def test_make_update_refuses_when_the_student_changed_other_course_files(clones,
     assert (student / ".gitignore").read_text(encoding="utf-8").endswith("*.tmp\n")  # 什么都没动
 
 
+def test_make_update_waits_for_the_courses_open_jupyterlab(clones, capsys, monkeypatch, tmp_path):
+    """JupyterLab 开着时，开着的页面会在自动保存时把并进来的新内容覆盖掉（它还会问“文件已更改”，默认按钮是覆盖）：
+    make update 先说清楚、什么也不动；--force 照样更新。别的目录的 JupyterLab 不算。"""
+    up, student = clones
+    _answer(student, "answer = softmax(x)")
+    _upstream_commit(up, {"release/exercises/01_ex.ipynb": (1, "题目（新版）")})
+    runtime = tmp_path / "runtime"
+    runtime.mkdir()
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(runtime))
+    other = {"pid": os.getpid(), "url": "http://127.0.0.1:9999/", "root_dir": str(tmp_path / "elsewhere"), "port": 9999}
+    (runtime / "jpserver-1.json").write_text(json.dumps(other), encoding="utf-8")
+    assert coursework.open_labs(student) == []
+    mine = dict(other, url="http://127.0.0.1:8888/", root_dir=str(student / "mywork"), port=8888)
+    (runtime / "jpserver-2.json").write_text(json.dumps(mine), encoding="utf-8")
+    before = (student / "mywork" / "release" / "exercises" / "01_ex.ipynb").read_bytes()
+    assert coursework.update(student) == 1
+    out = capsys.readouterr().out
+    assert "没有进行" in out and "http://127.0.0.1:8888/" in out and "--force" in out, out
+    assert (student / "mywork" / "release" / "exercises" / "01_ex.ipynb").read_bytes() == before
+    assert coursework.pending_update(student) == []  # 也没有 git pull
+    assert coursework.update(student, force=True) == 0
+    ex = nbformat.read(student / "mywork" / "release" / "exercises" / "01_ex.ipynb", as_version=4)
+    assert ex.cells[1].source == "题目（新版）" and ex.cells[2].source == "answer = softmax(x)"
+    assert "点“撤回”" in capsys.readouterr().out
+
+
 # ---------------------------------------------------------------- make lab：学生和助教的设置
 
 def test_lab_command_opens_the_copy_with_the_student_profile(tmp_path, monkeypatch):
     monkeypatch.delenv("JUPYTER_CONFIG_PATH", raising=False)
     cmd, env = coursework.lab_command(tmp_path)
-    assert env["JUPYTER_CONFIG_PATH"] == str(tmp_path / "deploy/jupyterhub/jupyter-config/student")
+    assert env["JUPYTER_CONFIG_PATH"].split(os.pathsep) == [str(tmp_path / "deploy/jupyterhub/jupyter-config/student-local"),
+                                                            str(tmp_path / "deploy/jupyterhub/jupyter-config/student")]
     assert f"--ServerApp.root_dir={tmp_path / 'mywork'}" in cmd
     assert "--LabApp.default_url=/lab/workspaces/lecture07/tree/notebooks/00_start_here.ipynb" in cmd
     cmd, env = coursework.lab_command(tmp_path, ta=True)
     assert env["JUPYTER_CONFIG_PATH"] == str(tmp_path / "deploy/jupyterhub/jupyter-config/grader")
     assert f"--ServerApp.root_dir={tmp_path}" in cmd
     assert "--LabApp.default_url=/lab/workspaces/lecture07-ta" in cmd  # 和学生的工作区分开：不恢复成课程的文件
+
+
+def test_make_lab_hides_the_assignment_list_that_needs_the_hubs_exchange():
+    """make lab 的一层（hub 不用）只关掉 Assignment List 和只有它的 Nbgrader 菜单：JupyterLab 把几层 page_config 合在一起，
+    学生 profile 关掉的教师工具照样关着，Validate（validate-assignment）还在。"""
+    from jupyter_server.config_manager import recursive_update
+    merged: dict = {}
+    for layer in (coursework.PROFILES["student"], coursework.LOCAL_STUDENT_LAYER):  # 优先级从低到高
+        recursive_update(merged, json.loads((REPO_ROOT / layer / "labconfig" / "page_config.json").read_text()))
+    off = {k for k, v in merged["disabledExtensions"].items() if v}
+    assert {"@jupyter/nbgrader:assignment-list", "@jupyter/nbgrader:menu", "@jupyter/nbgrader:formgrader",
+            "@jupyter/nbgrader:create-assignment", "@jupyter/nbgrader:course-list"} <= off
+    assert "@jupyter/nbgrader:validate-assignment" not in off
+    hub = json.loads((REPO_ROOT / coursework.PROFILES["student"] / "labconfig" / "page_config.json").read_text())
+    assert "@jupyter/nbgrader:assignment-list" not in hub["disabledExtensions"]  # hub 的学生用它取作业
 
 
 @pytest.mark.parametrize("role", ["student", "grader"])
