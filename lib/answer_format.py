@@ -170,6 +170,8 @@ def describe(x, _depth: int = 0) -> dict:
     if isinstance(x, str):
         return {"type": "str", "text": x[:40]}
     if isinstance(x, (tuple, list)) and _depth == 0:
+        if type(x) not in (tuple, list):  # namedtuple、list 的子类：按 tuple、list 对待，类名另记
+            d["type"], d["class"] = ("tuple" if isinstance(x, tuple) else "list"), type(x).__name__
         d["len"] = len(x)
         d["items"] = [describe(e, 1) for e in x[:4]]
     try:
@@ -212,6 +214,14 @@ def _got(desc: dict) -> str:
     return t or "未知的对象"
 
 
+# 格式不对时说清楚接受什么（和模块说明的规则一致）
+ACCEPTED = {
+    "数组": "接受由数组成的 list、tuple、NumPy 数组或 torch 张量",
+    "一个数": "接受 int、float、NumPy 或 torch 的标量（只有一个元素的数组也行）",
+    "整数": "接受 int、NumPy 或 torch 的整数（值是整数的 float 也行）",
+}
+
+
 def _verb(returned: bool) -> str:
     return "应返回" if returned else "应是"
 
@@ -229,7 +239,8 @@ def _numeric(desc: dict, what: str, want: str, returned: bool) -> np.ndarray:
     if desc.get("type") == "bool" or (desc.get("kind") == "b" and want != "数组"):
         raise FormatError(f"{what} {_verb(returned)}{want}，得到布尔值（True/False）")
     if desc.get("kind") not in tuple("biufc") or "values" not in desc:
-        raise FormatError(f"{what} {_verb(returned)}{want}，得到{_got(desc)}（不是数值）")
+        inside = "，里面是字符串：去掉引号" if desc.get("kind") in ("U", "S") else "（不是数值）"
+        raise FormatError(f"{what} {_verb(returned)}{want}，得到{_got(desc)}{inside}；{ACCEPTED.get(want, '')}".rstrip("；"))
     try:
         a = np.array(desc["values"], dtype=float)
         if desc.get("kind") == "c":
@@ -373,6 +384,9 @@ def silenced():
 
 LEFTOVER_RAISE = ("你写了答案，但函数在 return 之前执行到了 raise NotImplementedError()："
                   "删掉 raise NotImplementedError() 这一行")
+# 不在函数里的 raise（填变量的答题单元格）：单元格运行到它就出错
+LEFTOVER_RAISE_CELL = ("你写了答案，但单元格里还留着 raise NotImplementedError()：运行这个单元格时它会出错，"
+                       "删掉 raise NotImplementedError() 这一行")
 
 
 def has_own_code(fn) -> bool:

@@ -203,6 +203,8 @@ def compare(student: dict, reference: dict) -> tuple[list[str], list[str]]:
                         notes.append(f"{what}还没有作答（里面仍是 raise NotImplementedError()）。")
                 elif state == "before_return":
                     problems.append(f"作答：{what}：{fmt.LEFTOVER_RAISE}（它在 return 之前，函数运行到这里就出错）。")
+                elif state == "in_cell":
+                    problems.append(f"作答：{what}：{fmt.LEFTOVER_RAISE_CELL}。")
         known = {m["grade_id"] for _, m in ref_cells}
         extra = sorted(set(by_id) - known)
         if extra:
@@ -226,7 +228,8 @@ def syntax_error(source: str) -> str | None:
 
 def _raise_state(source: str, reference: str) -> str | None:
     """答题单元格里的 raise NotImplementedError()：unanswered（和发布版一样，没作答）、before_return（写了答案，
-    但 raise 在 return 之前，会执行到）；在 return 之后的 raise 不会执行，没有影响（None）。"""
+    但函数里的 raise 在 return 之前，会执行到）、in_cell（写了答案，但 raise 不在函数里：填变量的单元格，
+    运行单元格时就出错）；在 return 之后的 raise 不会执行，没有影响（None）。"""
     import ast
 
     if source.strip() == reference.strip():
@@ -244,8 +247,26 @@ def _raise_state(source: str, reference: str) -> str | None:
                 if raises(stmt):
                     return "unanswered" if not fmt_has_code(node) else "before_return"
     if any(raises(stmt) for stmt in tree.body):
-        return "before_return"
+        return "in_cell"
     return None
+
+
+def leftover_raise_functions(student: dict, reference: dict) -> set[str]:
+    """答题单元格里 raise 在 return 之前的那些函数（compare 已经按单元格报告了：格式检查不再重复说一遍）。"""
+    import ast
+
+    ref = {m["grade_id"]: _source(c) for c in reference.get("cells", []) if (m := _nbgrader(c))}
+    names: set[str] = set()
+    for c in student.get("cells", []):
+        m = _nbgrader(c)
+        if not (m and m.get("solution") and c.get("cell_type") == "code" and "NotImplementedError" in _source(c)):
+            continue
+        if _raise_state(_source(c), ref.get(m["grade_id"], "")) == "before_return":
+            try:
+                names |= {n.name for n in ast.walk(ast.parse(_source(c))) if isinstance(n, ast.FunctionDef)}
+            except SyntaxError:
+                continue
+    return names
 
 
 def fmt_has_code(func) -> bool:
@@ -365,8 +386,9 @@ def _check_format(value, rule, shape, what, returned):
         getattr(fmt, rule)(value, what, returned)
 
 
-def check_formats(notebook: str, namespace: dict) -> tuple[list[str], list[str]]:
-    """用评分的格式规则检查 namespace 里的答案。返回 (problems, notes)：problems 会让那一部分得 0 分。"""
+def check_formats(notebook: str, namespace: dict, reported: set[str] = frozenset()) -> tuple[list[str], list[str]]:
+    """用评分的格式规则检查 namespace 里的答案。返回 (problems, notes)：problems 会让那一部分得 0 分。
+    reported：单元格检查已经说过“return 之前的 raise”的函数，这里不再说第二遍。"""
     problems, notes = [], []
     for name, (rule, shape, example) in _examples().get(notebook, {}).items():
         if name not in namespace:
@@ -383,7 +405,8 @@ def check_formats(notebook: str, namespace: dict) -> tuple[list[str], list[str]]
                 notes.append(f"{name} 还没有作答。")
                 continue
             except AssertionError as err:  # call() 的说明：函数在小例子上出错了：评分时这一部分同样会出错、丢分
-                problems.append(f"作答：{err}")
+                if not (name in reported and fmt.LEFTOVER_RAISE in str(err)):
+                    problems.append(f"作答：{err}")
                 continue
         elif value is None:
             notes.append(f"{name} 还没有填写。")
@@ -443,7 +466,8 @@ def check_notebook(student: dict, path_in_repo: str, checked: str = "给定的 n
     problems, notes = compare(student, reference)
     notes += added_answer_notes(student, reference)
     if namespace is not None:
-        more, more_notes = check_formats(Path(path_in_repo).stem, namespace)
+        more, more_notes = check_formats(Path(path_in_repo).stem, namespace,
+                                         leftover_raise_functions(student, reference))
         problems, notes = problems + more, notes + more_notes
     print(report(problems, notes, path_in_repo, checked))
     return not problems

@@ -655,6 +655,20 @@ _K = np.eye(3)
 assert np.argmax(_K @ copy_query(_K, 1)) == 1
 print("my sanity test passed")
 """
+ATTENTION_NAMEDTUPLE = """\
+from collections import namedtuple
+
+AttnOut = namedtuple("AttnOut", ["output", "weights"])
+
+
+def self_attention(Q, K, V, mask=None):
+    scores = Q @ np.swapaxes(K, -1, -2) / np.sqrt(Q.shape[-1])
+    if mask is not None:
+        scores = np.where(mask, scores, -np.inf)
+    weights = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    weights = weights / weights.sum(axis=-1, keepdims=True)
+    return AttnOut(weights @ V, weights)
+"""
 OWN_PLOT = """\
 import matplotlib.pyplot as plt
 _, w = self_attention(np.random.default_rng(0).normal(size=(4, 3)), np.random.default_rng(1).normal(size=(4, 3)), np.eye(4))
@@ -745,6 +759,12 @@ SUBMISSIONS = {  # 学号 → (notebook, {答案单元格的 grade_id: 内容})
     "f01_dataclass": (NB1, {"ex4_answer": QUERIES_DATACLASS}),
     "f01_own_check": (NB1, {"ex4_answer": QUERIES_OWN_CHECK}),
     "f01_plot": (NB1, {"+code:after:ex1_self_attention_answer": OWN_PLOT}),
+    # fs42（新人试评）：公开的例子曾都是 d_k = d_v = n_k，除以 √d_v、√n_k 曾得到 ✓；namedtuple 曾只得 12/20
+    "f01_scale_dv": (NB1, {"ex1_self_attention_answer": attention_src(
+        "Q @ np.swapaxes(K, -1, -2) / np.sqrt(V.shape[-1])   # 除以了 √d_v", MASKED)}),
+    "f01_scale_nk": (NB1, {"ex1_self_attention_answer": attention_src(
+        "Q @ np.swapaxes(K, -1, -2) / np.sqrt(K.shape[-2])   # 除以了 √n_k", MASKED)}),
+    "f01_namedtuple": (NB1, {"ex1_self_attention_answer": ATTENTION_NAMEDTUPLE}),
 }
 
 # ============================================================================ 规格：期望的分数
@@ -879,6 +899,9 @@ f01_dataclass    ex4_average_query       3      同一个配置对象
 f01_own_check    ex4_copy_query          3      答题单元格里自己 assert 过再打印 “my sanity test passed”：不是伪造的“测试通过”
 f01_own_check    ex4_average_query       3      同上
 f01_plot         ex1_self_attention      8      答案下面自己画了注意力权重的图（matplotlib 不用再现场运行 fc-list 建字体缓存）
+f01_scale_dv     ex1_self_attention      0      除以 √d_v：每一部分都有 d_v ≠ d_k 的输入（二维 + 掩码那组 d_v = 1，等于没缩放）
+f01_scale_nk     ex1_self_attention      2      除以 √n_k：只有二维 + 掩码那组碰巧 n_k = d_k
+f01_namedtuple   ex1_self_attention      8      返回 AttnOut(输出, 权重)：namedtuple 是 tuple 的子类
 f01_hand_rounded ex1_scores              2      讲义的 0.707 写成一位小数 0.7：在 ±0.01 之内
 f01_hand_rounded ex1_weights             2      0.8 / 0.2
 f01_hand_rounded ex1_outputs             2      0.8 / 0.2，列表
@@ -914,6 +937,7 @@ AGREE = [
     ("f01_hand_rounded", "ex1_weights", "weights_1", None),
     ("f01_hand_rounded", "ex1_outputs", "outputs_1", None),
     ("f01_torch", "ex1_self_attention", "self_attention", None),
+    ("f01_namedtuple", "ex1_self_attention", "self_attention", None),
     ("f02_float32", "ex2_variance", "score_variance", None),
     ("f02_float32", "ex3_equivariance", "equivariance_gap", None),
     ("f02_torch", "ex2_divisor", "score_divisor", None),
@@ -933,7 +957,9 @@ AGREE = [
 HINTS = [
     ("f01_mistakes", "ex1_self_attention", "看起来打分乘了 √d_k", "看起来打分乘了 √d_k"),
     ("f01_moderate", "ex1_self_attention", "看起来打分没有除以 √d_k", "看起来打分没有除以 √d_k"),
-    ("f01_transpose", "ex1_self_attention", "有批维度", "np.swapaxes"),
+    ("f01_transpose", "ex1_self_attention", "只转置最后两维，用 np.swapaxes(K, -1, -2)", "np.swapaxes"),
+    ("f01_scale_dv", "ex1_self_attention", "除以的应是 √d_k（Q、K 的最后一维）", "除以的应是 √d_k（Q、K 的最后一维）"),
+    ("f01_scale_nk", "ex1_self_attention", "除以的应是 √d_k（Q、K 的最后一维）", "除以的应是 √d_k（Q、K 的最后一维）"),
     ("f01_nomask", "ex1_self_attention", "看起来掩码没有起作用", "看起来掩码没有起作用"),
     ("f01_inverted", "ex1_self_attention", "mask 里 True 表示“可以看”，是不是用反了", "mask 里 True 表示“可以看”，是不是用反了"),
     ("f01_moderate", "ex4_copy_query", "要求至少 0.99", "c ≥ ln(99 × 7)"),
@@ -957,7 +983,7 @@ HINTS = [
     # issue 42：手算的典型错误，公开测试（自洽检查，不透露答案）和评分说明说同一句话
     ("f01_mistakes", "ex1_scores", "和 q·k 相等：没有除以 √d_k = √2", "和 q·k 相等：没有除以 √d_k = √2"),
     ("f01_mistakes", "ex1_weights", "softmax 按列做了，应按行做", "softmax 按列做了，应按行做"),
-    ("f01_mistakes", "ex1_outputs", None, "和你的 weights_1 一致；错在 softmax 按列做了"),
+    ("f01_mistakes", "ex1_outputs", "和你的 weights_1 一致；错在 softmax 按列做了", "和你的 weights_1 一致；错在 softmax 按列做了"),
     ("f01_upstream", "ex1_scores", "和 q·k 相等：没有除以 √d_k = √2", "和 q·k 相等：没有除以 √d_k = √2"),
     ("f01_upstream", "ex1_weights", "是没有缩放的 q·k 做 softmax 的结果", "是没有缩放的 q·k 做 softmax 的结果"),
     ("f01_hand_over_d", "ex1_scores", "是 q·k 除以了 d_k = 2：应该除以 √d_k = √2",
@@ -967,7 +993,7 @@ HINTS = [
     ("f01_hand_over_d", "ex1_outputs", "看起来转置了", "看起来转置了"),
     ("f01_hand_sign", "ex1_scores", "不是每个 q_i·k_j 都除以同一个正数", "不是每个 q_i·k_j 都除以同一个正数"),
     ("f01_hand_sign", "ex1_weights", "有一行之和不是 1", "有一行之和不是 1"),
-    ("f01_hand_sign", "ex1_outputs", None, "和你的 weights_1 一致；错在上游的 weights_1"),
+    ("f01_hand_sign", "ex1_outputs", "和你的 weights_1 一致；错在上游的 weights_1", "和你的 weights_1 一致；错在上游的 weights_1"),
 ]
 
 

@@ -1,7 +1,8 @@
 """公开测试（lib/public_tests/）：学生作答时看到的反馈（issue 42 第 3 项）。
 
-- 手算的答案：公开测试不透露答案，只查格式、自洽和典型错误。下面的表先写下“应该抓住哪些错、必须放过哪些对的写法”
-  （包括按题目的容差 ±0.01 四舍五入的手写值），再逐行检查；典型错误在评分说明里是同一句话（MISTAKES）。
+- 手算的答案：公开测试不透露答案，查格式、自洽、典型错误和是否在容差 ±0.01 之内（评分时会扣分的，公开测试一定
+  不通过，只说原因）。下面的表先写下“应该抓住哪些错、必须放过哪些对的写法”（包括按题目的容差 ±0.01 四舍五入的
+  手写值），再逐行检查；典型错误在评分说明里是同一句话（MISTAKES）。
 - 反馈的样子：没通过时 Jupyter 里只显示 “✗ 中文说明”（``_render_traceback_``），不显示 lib/ 里的调用栈；
   学生自己的函数出错时，显示出错的位置（学生的代码）；通过时打印一行 ✓。用 nbclient 真的执行一次来检查。
 """
@@ -85,16 +86,28 @@ WRONG = [
     ("ex1_outputs", "不等于权重乘 V", _hand(outputs_1=np.eye(2)), "not_own_outputs"),
     ("ex1_outputs", "没有权重时每行之和不是 1", _hand(weights_1=None, outputs_1=np.array([[1.0, 1.0], [0.0, 0.0]])),
      "每行之和应为 1"),
+    # fs42 H4：√2 取成 1.5（差 0.013，超出 ±0.01）：评分会扣分，公开测试也要说（不说应是多少）
+    ("ex1_scores", "√2 取成 1.5", _hand(scores_1=np.array([[0.667, 0.667], [0.667, -0.667]])), "sloppy_sqrt"),
+    ("ex1_weights", "√2 取成 1.5", _hand(scores_1=np.array([[0.667, 0.667], [0.667, -0.667]]),
+                                        weights_1=np.array([[0.5, 0.5], [0.791, 0.209]])), "sloppy_sqrt"),
+    ("ex1_outputs", "√2 取成 1.5：输出 = 自己的权重 × V", _hand(weights_1=np.array([[0.5, 0.5], [0.791, 0.209]]),
+                                                          outputs_1=np.array([[0.5, 0.5], [0.791, 0.209]])),
+     "错在 √2 取得太粗"),
+    ("ex1_scores", "处处一致、但除数错了（0.6·q·k）", _hand(scores_1=np.array([[0.6, 0.6], [0.6, -0.6]])), "wrong_divisor"),
+    ("ex1_weights", "差了 0.1、又没有打分可对照", _hand(scores_1=None, weights_1=np.array([[0.5, 0.5], [0.7, 0.3]])),
+     "hand_off"),
+    ("ex1_outputs", "输出 = 自己的权重 × V，权重按列 softmax",
+     _hand(weights_1=np.array([[0.5, 0.804], [0.5, 0.196]]), outputs_1=np.array([[0.5, 0.804], [0.5, 0.196]])),
+     "和你的 weights_1 一致；错在 softmax 按列做了"),
     ("ex5_numbers", "两个都顺时针转", _hand(q_tilde_a=[0.5, -0.866], k_tilde_a=[0.866, -0.5]), "clockwise"),
     ("ex5_numbers", "只有 k̃ 顺时针", _hand(k_tilde_a=[0.866, -0.5], dot_a=0.0), "clockwise"),
     ("ex5_numbers", "q̃ 只转了 θ", _hand(q_tilde_a=[0.866, 0.5], dot_a=1.0), "same_angle"),
     ("ex5_numbers", "没有归一的旋转", _hand(q_tilde_a=[1.0, 1.732]), "旋转不改变长度"),
     ("ex5_numbers", "dot_a 不是 q̃·k̃", _hand(dot_a=0.5), "dot_a 应等于 q_tilde_a · k_tilde_a"),
 ]
-# 公开测试有意放过、评分时才发现的错误（不透露答案就看不出来）：
-#   scores_1 = 0.6·q·k（一个错的、但处处一致的缩放）；dot_b、dot_c 的数值（dot_c = −0.866 是 (c) 要你想的问题）。
+# 公开测试有意放过、评分时才发现的错误：dot_b、dot_c 的数值（dot_c = −0.866 是 (c) 要你想的问题）。
+# 练习 1 的手算没有这样的错误：评分会扣分的，公开测试一定不通过（见 test_the_public_hand_test_fails_whenever_grading_takes_points）
 NOT_CAUGHT = [
-    ("ex1_scores", _hand(scores_1=np.array([[0.6, 0.6], [0.6, -0.6]]))),
     ("ex5_numbers", _hand(dot_c=-0.866)),
 ]
 NOTEBOOK_OF = {"ex1": "01_attention_by_hand", "ex5": "03_positions_and_rope"}
@@ -137,6 +150,43 @@ def test_typical_hand_mistakes_are_named_without_revealing_the_answer(grade_id, 
 def test_what_the_public_test_cannot_see_is_caught_when_grading(grade_id, ns):
     TESTS[grade_id](ns)
     assert ec.grade(grade_id, ns)[0] < 1.0
+
+
+@pytest.mark.parametrize("divisor", np.round(np.linspace(1.0, 2.1, 45), 4))
+def test_the_public_hand_test_fails_whenever_grading_takes_points(divisor):
+    """一个规则（fs42 H4）：手算的三个答案，评分时会扣分的，公开测试一定不通过；在 ±0.01 之内的一定通过。
+    用各种除数（√2 取得粗细不同）算出的、保留 3 位小数的答案来核对。"""
+    scores = np.round(nb01.Q @ nb01.K.T / divisor, 3)
+    weights = np.round(nb01.softmax_rows(scores), 3)
+    ns = _hand(scores_1=scores, weights_1=weights, outputs_1=np.round(weights @ nb01.V, 3))
+    for grade_id in ("ex1_scores", "ex1_weights", "ex1_outputs"):
+        fraction, hidden = ec.grade(grade_id, ns)
+        try:
+            TESTS[grade_id](ns)
+            passed, message = True, ""
+        except fmt.CheckFailed as err:
+            passed, message = False, str(err)
+        assert passed == (fraction == 1.0), (grade_id, divisor, message, hidden)
+        for answer in ("0.707", "0.804", "0.196"):
+            assert answer not in message, message
+
+
+def test_a_string_answer_is_told_what_is_accepted():
+    """fs42 H6：字符串的列表曾得到“应是数组，得到list”，而数的列表是接受的：说出里面是字符串、接受什么。"""
+    message = _message("ex1_scores", _hand(scores_1=[["0.707", "0.707"], ["0.707", "-0.707"]]))
+    assert "里面是字符串" in message and "list、tuple、NumPy 数组" in message, message
+    assert "0.707" not in message
+
+
+def test_a_namedtuple_from_self_attention_gets_full_marks_everywhere(capsys):
+    """fs42 / fe44r：return AttnOut(out, w)（namedtuple，tuple 的子类）是对的答案：公开测试 ✓、评分满分。"""
+    ns = {"np": np}
+    exec("from collections import namedtuple\nAttnOut = namedtuple('AttnOut', ['output', 'weights'])\n"  # noqa: S102
+         + sa_src().replace("return w @ V, w", "return AttnOut(w @ V, w)"), ns)
+    public_test("ex1_self_attention", ns)
+    assert capsys.readouterr().out == PASSED + "\n"
+    assert ec.grade("ex1_self_attention", ns) == (1.0, "正确。")
+    assert fmt.read_pair(fmt.describe(ns["self_attention"](np.eye(2), np.eye(2), np.eye(2))), "x")
 
 
 def _reference(notebook: str) -> dict:
@@ -201,6 +251,21 @@ FUNCTIONS = [  # (notebook, grade_id, 学生的答案, 公开测试里的一句�
     ("01_attention_by_hand", "ex1_self_attention", sa_src(mask="~mask"), M1["mask_nan"], M1["mask_nan"]),
     ("01_attention_by_hand", "ex1_self_attention", sa_src(mask="np.swapaxes(mask, -1, -2)"),
      "右上角", "掩码挡住的是行而不是列"),
+    # fs42：公开的例子都是 d_k = d_v = n_k 时，除以 √d_v、√n_k 曾得到 ✓
+    ("01_attention_by_hand", "ex1_self_attention", sa_src(scale="/ np.sqrt(V.shape[-1])"),
+     M1["sa_wrong_dim"], M1["sa_wrong_dim"]),
+    ("01_attention_by_hand", "ex1_self_attention", sa_src(scale="/ np.sqrt(K.shape[-2])"),
+     M1["sa_wrong_dim"], M1["sa_wrong_dim"]),
+    # fs42：只说出症状的错误，现在说出原因
+    ("01_attention_by_hand", "ex1_self_attention", sa_src().replace("return w @ V, w", "return w, w @ V"),
+     M1["sa_swapped"], M1["sa_swapped"]),
+    ("01_attention_by_hand", "ex1_self_attention", sa_src().replace("np.swapaxes(K, -1, -2)", "K.T"),
+     M1["batch_transpose"], M1["batch_transpose"]),
+    ("01_attention_by_hand", "ex1_self_attention",
+     sa_src(mask="True").replace("return w @ V, w", "w = w if mask is None else w * mask\n    return w @ V, w"),
+     M1["mask_after_softmax"], M1["mask_after_softmax"]),
+    ("01_attention_by_hand", "ex1_self_attention", sa_src().replace("-1, keepdims", "-2, keepdims"),
+     M1["sa_columns"], M1["sa_columns"]),
     ("02_scaling_and_equivariance", "ex2_variance", "def score_variance(d_k, sigma):\n    return d_k * sigma**2",
      M2["sigma_squared"], M2["sigma_squared"]),
     ("02_scaling_and_equivariance", "ex2_divisor", "def score_divisor(d_k, sigma):\n    return math.sqrt(d_k)",

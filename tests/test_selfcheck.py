@@ -420,3 +420,53 @@ def test_without_lib_grading_the_selfcheck_still_runs(course, tmp_path, monkeypa
     monkeypatch.chdir(tmp_path)
     assert self_check(REL, {}) is None
     assert "评分单元格没有核对" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------- fs42：没删掉的 raise，说法合单元格、只说一次
+
+
+def test_a_leftover_raise_in_a_cell_without_a_function_is_worded_for_the_cell(course):
+    """填变量的答题单元格没有函数、没有 return：不说“函数在 return 之前”，说单元格里还留着 raise。"""
+    from lib import answer_format as fmt
+
+    nb = _answered()
+    nb["cells"][2]["source"] = "x = 1\n# 在这里写你的代码\nraise NotImplementedError()"
+    problems, _ = compare(nb, _release_nb())
+    assert len(problems) == 1 and fmt.LEFTOVER_RAISE_CELL in problems[0], problems
+    assert "return" not in problems[0] and "函数" not in problems[0], problems
+
+
+def test_a_leftover_raise_before_return_is_listed_once_in_the_notebook(course, monkeypatch, capsys):
+    """在 notebook 里运行：单元格检查和格式检查都发现了 return 之前的 raise，报告里只列一次（按单元格）。"""
+    monkeypatch.setattr(selfcheck, "REPO_ROOT", course)
+    rel = "release/exercises/01_attention_by_hand.ipynb"
+    release = _release_nb()
+    release["cells"][2]["source"] = "def self_attention(Q, K, V, mask=None):\n    raise NotImplementedError()"
+    (course / rel).write_text(json.dumps(release), encoding="utf-8")
+    student = copy.deepcopy(release)
+    source = "def self_attention(Q, K, V, mask=None):\n    w = Q\n    raise NotImplementedError()\n    return w, w\n"
+    student["cells"][2]["source"] = source
+    ns: dict = {}
+    exec(source, ns)  # noqa: S102
+    assert check_notebook(student, rel, root=course, namespace=ns) is False
+    out = capsys.readouterr().out
+    assert out.count("删掉 raise NotImplementedError() 这一行") == 1 and "发现 1 个" in out, out
+
+
+def test_a_namedtuple_from_self_attention_passes_the_format_check():
+    """(输出, 权重) 写成 namedtuple：tuple 的子类，格式检查和评分一样接受（fs42：曾被说成“得到AttnOut”）。"""
+    from collections import namedtuple
+
+    import numpy as np
+
+    AttnOut = namedtuple("AttnOut", ["output", "weights"])  # noqa: PYI024
+
+    def self_attention(Q, K, V, mask=None):
+        s = Q @ np.swapaxes(K, -1, -2) / np.sqrt(Q.shape[-1])
+        w = np.exp(s - s.max(-1, keepdims=True))
+        w = w / w.sum(-1, keepdims=True)
+        return AttnOut(w @ V, w)
+
+    ns = {"self_attention": self_attention, "scores_1": np.eye(2), "weights_1": np.eye(2), "outputs_1": np.eye(2),
+          "copy_query": lambda K, a: 20 * K[a], "average_query": lambda K, a, b: 20 * (K[a] + K[b])}
+    assert selfcheck.check_formats("01_attention_by_hand", ns) == ([], [])

@@ -164,27 +164,14 @@ def _explain_weights(data, got):
 
 
 def _explain_outputs(data, got):
-    """先看输出是不是学生自己的 weights_1 × V（这一步对，错在上游的权重：说出权重错在哪），
-    再看和自己的权重比是不是转置了、不等于权重 × V；没有可用的权重时和正确的输出比。"""
+    """和公开测试同一个判断（public.outputs_explained）：输出是学生自己的 weights_1 × V 时说出权重错在哪，
+    否则看是不是转置了、不等于权重 × V；没有可用的权重时和正确的输出比。"""
     try:
         w = fmt.read_array(data.get("weights"), "weights_1", EX1_WEIGHTS.shape, returned=False)
     except Exception:  # noqa: BLE001  没填、格式不对或记录的数据古怪：和正确的输出比
         w = None
-    if w is None:
-        return _said("transposed" if _close(got, EX1_OUTPUTS.T, "hand") else None, "第 i 行是 o_i = Σ_j α_ij v_j。")
-    if _close(w, EX1_WEIGHTS, "hand"):
-        return _said(public.outputs_mistake(got, w), "第 i 行是 o_i = Σ_j α_ij v_j。")
-    if _close(got, w @ EX1_V, "hand"):
-        if _close(w, softmax(EX1_Q @ EX1_K.T), "hand"):
-            cause = "错在打分没有除以 √2"
-        elif _close(w, softmax(EX1_Q @ EX1_K.T * math.sqrt(2)), "hand"):
-            cause = "错在打分乘了 √2，应该除以 √2"
-        elif _close(w, softmax(EX1_SCORES, axis=0), "hand"):
-            cause = "错在 softmax 按列做了，应按行做"
-        else:
-            cause = "错在上游的 weights_1（见 weights_1 的说明）"
-        return f"和你的 weights_1 一致；{cause}（输出 = 权重 × V 这一步是对的）。"
-    return _said(public.outputs_mistake(got, w), "第 i 行是 o_i = Σ_j α_ij v_j。")
+    said = public.outputs_explained(got, w)
+    return f"{said}。" if said else "第 i 行是 o_i = Σ_j α_ij v_j。"
 
 
 SELF_ATTENTION_LABELS = {"2d": "二维输入、无掩码", "2d_mask": "二维输入 + 因果掩码", "batch": "有批维度、无掩码",
@@ -202,6 +189,11 @@ def _attention_hint(w, spec) -> str:
         return f"{public.MISTAKES['sa_times_sqrt']}。"
     if same(attention(Q / math.sqrt(d_k), K, V, mask)[1]):
         return f"{public.MISTAKES['sa_over_d']}。"
+    for size in {V.shape[-1], K.shape[-2], Q.shape[-2]} - {d_k}:  # 除以 √d_v、√n_k（或 √n_q）
+        if same(attention(Q * math.sqrt(d_k / size), K, V, mask)[1]):
+            return f"{public.MISTAKES['sa_wrong_dim']}。"
+    if mask is not None and same_shape_try(lambda: attention(Q, K, V)[1] * np.asarray(mask), w):
+        return f"{public.MISTAKES['mask_after_softmax']}。"
     if mask is not None and same(attention(Q, K, V)[1]):
         return f"{public.MISTAKES['mask_ignored']}。"
     if mask is not None and same(attention(Q, K, V, ~np.asarray(mask))[1]):
@@ -210,10 +202,10 @@ def _attention_hint(w, spec) -> str:
         return ("看起来掩码挡住的是行而不是列：mask[..., i, j] 为 False 表示第 i 个查询不能看第 j 个键，"
                 "应把打分里这些位置（第 j 列）填 −∞；不要转置掩码，也不要按行去挡。")
     if Q.ndim > 2 and same_shape_try(lambda: _weights(Q @ K.T / math.sqrt(d_k), mask), w):
-        return "看起来用了 K.T：有批维度时 K.T 会把所有维度都倒过来，转置最后两维要用 np.swapaxes(K, -1, -2)。"
+        return f"看起来用了 K.T。{public.MISTAKES['batch_transpose']}。"
     scores = Q @ np.swapaxes(K, -1, -2) / math.sqrt(d_k)
     if same_shape_try(lambda: _weights(scores, mask, axis=-2), w):
-        return "看起来 softmax 按列做了：应按最后一维（每一行）做，每行之和为 1。"
+        return f"{public.MISTAKES['sa_columns']}。"
     return "检查打分 QK^T/√d_k、按行 softmax（最后一维）和掩码（挡住的是列：键）"
 
 
@@ -234,9 +226,22 @@ def same_shape_try(make, w) -> bool:
     return np.shape(other) == np.shape(w) and _close(w, other)
 
 
+def _swapped(out_d, w_d, out_ref, w_ref) -> bool:
+    """返回的是 (权重, 输出)：形状正好对调，或形状相同而数值对调。"""
+    if out_ref.shape != w_ref.shape:
+        return (tuple(out_d.get("shape", ())) == w_ref.shape and tuple(w_d.get("shape", ())) == out_ref.shape)
+    try:
+        return (_close(fmt.read_array(out_d, "", w_ref.shape), w_ref)
+                and _close(fmt.read_array(w_d, "", out_ref.shape), out_ref) and not _close(out_ref, w_ref))
+    except FormatError:
+        return False
+
+
 def _check_attention_case(spec, res, label):
     out_ref, w_ref = attention(spec["Q"], spec["K"], spec["V"], spec["mask"])
     out_d, w_d = fmt.read_pair(res, f"{label}：self_attention")
+    if isinstance(out_d, dict) and isinstance(w_d, dict) and _swapped(out_d, w_d, out_ref, w_ref):
+        raise Wrong(f"{label}：{public.MISTAKES['sa_swapped']}。")
     nan_hint = (public.MISTAKES["mask_nan"] if spec["mask"] is not None
                 else "exp 溢出了？softmax 之前先减去每行的最大值")
     w = fmt.read_array(w_d, f"{label}：权重", w_ref.shape, nan_hint=nan_hint)
@@ -257,7 +262,7 @@ def _batch_error_hint(error: str, spec) -> str:
         return (f"（形状对不上：掩码的形状 {spec['mask'].shape} 要能广播到打分的形状 (..., n_q, n_k)；"
                 "打分的最后两维是 (n_q, n_k) 吗？）")
     if "matmul" in text or "aligned" in text or "core dimension" in text or "broadcast" in text:
-        return "（有批维度时转置最后两维要用 np.swapaxes(K, -1, -2)；K.T 会把所有维度都倒过来）"
+        return f"（{public.MISTAKES['batch_transpose']}）"
     return "（有批维度时：只对最后两维做矩阵运算和 softmax，前面的维度原样保留）"
 
 
