@@ -48,7 +48,14 @@ mjx-container[display="true"], .bd-article mjx-container { max-width: 100%; over
   background: var(--pst-color-background); z-index: 1; }
 /* 页面输出里的数表（vs_lecture 的“讲义 / 本课程的结果”、每个种子的表）：手机上不把一列挤成一个字宽、数字挤在一起，
    整张表在自己的框里横向滚动 */
-.bd-article .cell_output .output.text_html { overflow-x: auto; max-width: 100%; }
+.bd-article .cell_output .output.text_html { overflow-x: auto; max-width: 100%;
+  /* 表比屏幕宽时，能滚的那一边有一道阴影（滚到头就没了）：手机上看得出右边还有列 */
+  background: linear-gradient(to right, var(--pst-color-background) 30%, transparent) left / 2em 100% no-repeat local,
+    linear-gradient(to left, var(--pst-color-background) 30%, transparent) right / 2em 100% no-repeat local,
+    radial-gradient(farthest-side at 0 50%, rgba(0, 0, 0, 0.25), transparent) left / 0.8em 100% no-repeat scroll,
+    radial-gradient(farthest-side at 100% 50%, rgba(0, 0, 0, 0.25), transparent) right / 0.8em 100% no-repeat scroll; }
+/* 表的标题靠左：宽表的标题不居中到屏幕外面去 */
+.bd-article .cell_output table caption { text-align: left; }
 .bd-article .cell_output table td, .bd-article .cell_output table th { white-space: nowrap; padding: 0.15em 0.6em; }
 /* 证据表（lib.claims / lib.viz.details，点开才看）：第一列是一整句结论，换行而不是把别的列挤窄 */
 details.evidence table td:first-child, details.evidence table th:first-child { white-space: normal; position: static;
