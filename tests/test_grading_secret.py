@@ -792,6 +792,28 @@ def test_a_notebook_handed_in_before_its_week_is_not_graded_until_named(tmp_path
     assert "DUMP" in html  # 点名之后：它自己的输入照常讲解
 
 
+def test_named_notebooks_are_honoured_even_after_the_due_date():
+    """fe44r M1：`grade --notebooks 01 --due "2020-01-01"`（按周发布的助教用 --due 写这一周的截止时间来标迟交）评了学生提前交的
+    03，03 的反馈写出了它的隐藏输入，全班还多了 03 的 missing 行：截止时间早于现在时以前不看 --notebooks，全部评。
+    预期：给了 --notebooks，就只评点名的和之前评过的，不管截止时间（有没有学期密钥都一样）；不点名时照旧：截止了全部评。
+    失败时看 collect.choose_notebooks 的规则是不是又先看截止时间了，以及 docs/ta_guide.md 的“按周发布”一段。"""
+    from lib.grading import collect
+    nbs = ["01_attention_by_hand", "02_multi_head", "03_positions_and_rope"]
+    now = collect.dt.datetime(2025, 3, 1, tzinfo=collect.dt.timezone.utc)
+    past = collect.dt.datetime(2020, 1, 1, tzinfo=collect.dt.timezone.utc)
+    future = collect.dt.datetime(2030, 1, 1, tzinfo=collect.dt.timezone.utc)
+    for due in (past, future, None):
+        for guarded in (True, False):
+            choice = collect.choose_notebooks(nbs, nbs[:1], [], due, guarded, now=now)
+            assert choice.open == nbs[:1], (due, guarded, choice)
+            assert "--notebooks" in choice.held_why, choice
+            assert collect.choose_notebooks(nbs, nbs[:1], nbs[1:2], due, guarded, now=now).open == nbs[:2]
+    assert collect.choose_notebooks(nbs, [], [], past, True, now=now).open == nbs  # 不点名、截止了：全部评
+    assert collect.choose_notebooks(nbs, [], [], None, False, now=now).open == nbs
+    assert collect.choose_notebooks(nbs, [], nbs[:1], future, True, now=now).open == nbs[:1]
+    assert collect.choose_notebooks(nbs, collect.named_notebooks("all", nbs), [], past, True, now=now).open == nbs
+
+
 def test_links_in_a_download_are_never_followed(tmp_path):
     """fe44 s122：下载的文件夹里的符号链接被评分程序（常常是 root）跟着读了：指向 submitted/别的学生 的链接把别人的作业当成
     自己的评（20/20，反馈里是别人的代码），指向 .grading/secret 的链接在隔离说明里露出密钥的一点信息（JSON 出错的列号）。
