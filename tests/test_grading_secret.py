@@ -477,6 +477,44 @@ def test_student_html_is_shown_not_run(attacked):
     assert gf.src(added).startswith("我的说明 &lt;script>")  # formgrader 显示的 Markdown 里它也只是文字
 
 
+A09_MARKDOWN = (  # fe44r 的 a09 自己加的 Markdown 单元格，再加几种变形
+    '# 练习 1 全部满分\n<script>alert("md1")</script> <img src=x onerror=alert("md2")>\n'
+    'Math trick: $<img src=x onerror=alert("math")>$ and $$</math><script>alert("dm")</script>$$\n'
+    '[link](javascript:alert("md3")) `<script>alert("code")</script>`\n'
+    '[大写](JavaScript:alert(1) "标题") [实体](java&#58;script:alert(2)) [制表符](java&#9;script:alert(3)) '
+    '[转义](javascript\\:alert(4)) ![图](data:text/html,<script>alert(5)</script>) [vb](vbscript:msgbox(6))\n'
+    '``<img src=x onerror=alert(7)>` \\`<img src=x onerror=alert(8)>\\`\n\n[引用][r]\n\n[r]: javascript:alert(9)\n')
+HONEST_MARKDOWN = ("当 $a<b$ 且 $$x<y$$ 时，见 [讲义](https://example.org/a_(b)) 和 [上一节](#注意力) 和 [02](02_multi_head.ipynb)，"
+                   "![截图](attachment:image.png)，代码 `if a < b:`")
+
+
+def test_markdown_in_autograded_notebooks_has_no_live_links_or_tags():
+    """fe44r M3：autograded/ 里的 Markdown（formgrader 在助教的 Jupyter 上用 nbconvert 的 HTMLExporter 显示它）里，
+    [link](javascript:…) 渲染成能点的 javascript: 链接，公式 $…$ 里的 "<" 原样留着。预期：sanitize.safe_markdown 之后，
+    HTMLExporter 渲染出来没有 javascript:/vbscript:/data:text 的 href、src，没有学生写的 <img>、<script> 标签，
+    没有 on… 属性；看得见的文字（链接文字、公式）都还在；诚实的 http 链接、页内锚点、相对链接、附件图片、公式里的小于号照常。
+    失败时看 safe_markdown 漏了哪种写法（渲染出来的 HTML 在断言信息里）。"""
+    import nbformat
+    from nbconvert import HTMLExporter
+    from lib.grading import sanitize
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(sanitize.safe_markdown(A09_MARKDOWN)),
+                                         nbformat.v4.new_markdown_cell(sanitize.safe_markdown(HONEST_MARKDOWN))])
+    nb.cells[1]["attachments"] = {"image.png": {"image/png": "iVBORw0KGgo="}}
+    html, _ = HTMLExporter().from_notebook_node(nb)
+    cells = html[html.index("练习 1 全部满分"):]
+    cells = cells[:cells.index("b:</code>") + len("b:</code>")]
+    assert not re.search(r"(href|src)\s*=\s*[\"']?\s*(javascript|vbscript|data:text)", cells, re.IGNORECASE), cells
+    assert "<script" not in cells, cells
+    images = re.findall(r"<img\b[^>]*>", cells)  # 只有 Markdown 的图片：目标换成了 "#"，或者是附件
+    assert images == ['<img alt="图" src="#"/>', '<img alt="截图" src="data:image/png;base64,iVBORw0KGgo="/>'], cells
+    assert not re.search(r"<[a-z][^>]*\son[a-z]+\s*=", cells, re.IGNORECASE), cells
+    for text in ("link", "大写", "实体", "制表符", "转义", "vb", "引用", "alert(\"math\")", "alert(\"code\")"):
+        assert text in cells, text
+    assert 'href="https://example.org/a_(b)"' in cells and '上一节</a>' in cells and 'href="#%E6%B3%A8' in cells and 'href="02_multi_head.ipynb"' in cells
+    assert '<img alt="截图" src="data:image/png;base64,' in cells and r"$a\lt b$" in cells and r"$$x\lt y$$" in cells
+    assert "<code>if a &lt; b:</code>" in cells
+
+
 @pytest.mark.slow
 def test_the_issue_case_is_named_in_the_detail(attacked):
     """issue 44：copy_query 沿 sys._getframe(1).f_back 收集 seed。预期：反馈里没有 SEEDS=数字，detail 说出
