@@ -85,13 +85,14 @@ def test_what_the_kernel_flags_reaches_the_detail_under_its_label():
 
 def test_a_child_process_in_the_sandbox_is_counted_not_flagged():
     """fe44r S1：诚实的 !ls、!pip list（IPython 用 os.forkpty）被标成 suspect（“创建了子进程：os.forkpty”）。沙箱里子进程和
-    内核一样看不到课程、别的学生和密钥，只创建进程不算可疑；但照样计数，超过 max_forks 的被拒绝（防 fork 炸弹）。
+    内核一样看不到课程、别的学生和密钥，只创建进程不算可疑；但照样计数，超过 max_forks 的被拒绝，也算可疑（fork 炸弹）。
     没有沙箱时照旧报告（子进程读的文件审计钩子看不到）。失败时看 guard.install 的钩子里 process_events 那一段的 where[2]。"""
     forks = 'sys.audit("os.forkpty")\nsys.audit("subprocess.Popen", "ls", ["ls"], None, None)\n'
     assert _guard_alerts(forks, SANDBOX_SCRATCH) == ([], "", 0)
     assert _guard_alerts(forks, PLAIN_SCRATCH)[0] == [["process", "os.forkpty"]]
     sent, said, count = _guard_alerts(forks + 'sys.audit("os.system", b"ls")\n', SANDBOX_SCRATCH, max_forks=2)
-    assert sent == [] and count == 3 and "不允许再创建新进程" in said, (sent, said, count)
+    assert sent == [["process", "os.system（第 3 个，超过上限）"]] and count == 3 and "不允许再创建新进程" in said, \
+        (sent, said, count)  # fork 炸弹照样可疑
 
 
 EQ_CLASSES = textwrap.dedent('''

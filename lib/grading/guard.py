@@ -404,10 +404,12 @@ def install(channel_fd, course_root, scratch, max_forks, this_files, runner_glob
                         forks += 1
                         if child:
                             exit_now(0)  # 学生 fork 出来的子进程还想再 fork：直接结束它（防 fork 炸弹）
-                        # 沙箱里（where[2]）子进程和内核一样看不到课程、别的学生和密钥：只数，不算可疑（!ls、!pip list）；
-                        # 没有沙箱时子进程读的文件审计钩子看不到，第一次创建照样报告
+                        # 沙箱里（where[2]）子进程和内核一样看不到课程、别的学生和密钥：只数，不算可疑（!ls、!pip list），
+                        # 超过上限（fork 炸弹）时才报告；没有沙箱时子进程读的文件审计钩子看不到，第一次创建就报告
                         alerts = [(k_process, event)] if forks == 1 and not where[2] else []
                         if forks > max_forks:
+                            alerts += [(k_process, f"{event}（第 {forks} 个，超过上限）")] \
+                                if forks == max_forks + 1 and where[2] else []
                             alerts += [(k_forks, str(forks))] if forks == max_forks + 1 else []
                             blocked = "评分环境限制：不允许再创建新进程"
                 elif event in file_events:

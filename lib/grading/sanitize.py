@@ -146,6 +146,8 @@ _MD_CODE = re.compile(r"(?ms)^ {0,3}(?P<fence>`{3,}|~{3,})[^\n]*\n.*?^ {0,3}(?P=
 _LINK_OPEN = re.compile(r"\]\([ \t]*\n?[ \t]*")
 _LINK_DEFINITION = re.compile(r"(?m)^ {0,3}\[[^\]\n]+\]:[ \t]*\n?[ \t]*")
 # 允许的链接和图片目标（浏览器读之前先去掉实体、反斜杠转义、空白和控制字符再比）；没有冒号的相对地址也允许（没有 scheme）
+# 公式里的 "<"：后面加一个空格（"< img" 不是 HTML 标签；数学模式里空格不显示，\text{} 里多一个空格）
+_MATH_LT = re.compile(r"<(?!\s)")
 _SAFE_TARGET = re.compile(r"(https?:|mailto:|#|attachment:|data:image/(png|jpeg|gif);base64,)", re.IGNORECASE)
 
 
@@ -188,8 +190,8 @@ def _neutralise_links(text: str) -> str:
 
 
 def safe_markdown(source: str) -> str:
-    """学生写的 Markdown（文字题的答案、自己加的单元格）：代码之外的 "<" 写成 "&lt;"（公式里写成 "\\lt "，公式照样显示
-    小于号），不允许的链接和图片目标（javascript:、data:text/html……，见 safe_link_target）换成 "#"。显示出来还是同样的字，
+    """学生写的 Markdown（文字题的答案、自己加的单元格）：代码之外的 "<" 写成 "&lt;"（公式里在它后面加一个空格：
+    "< img" 不再是标签，公式照样显示小于号），不允许的链接和图片目标（javascript:、data:text/html……，见 safe_link_target）换成 "#"。显示出来还是同样的字，
     但不再是 HTML 标签、不再是能运行脚本的链接：formgrader 原样显示 autograded/ 里的 Markdown（nbgrader 不清理它），
     助教在自己的 Jupyter 里打开时，学生写的 <script>、[点这里](javascript:…) 就能以助教的身份运行（fe44r M3：公式 $…$
     里的 <img onerror> 和 javascript: 链接以前留着）。代码（`…`、```…```）不动：渲染器自己转义它。"""
@@ -205,7 +207,7 @@ def safe_markdown(source: str) -> str:
         for m in sorted([*_DISPLAY.finditer(text), *_INLINE.finditer(text)], key=lambda m: m.start()):
             if m.start() < last:
                 continue  # $$…$$ 里面又认出的 $…$
-            parts += [text[last:m.start()].replace("<", "&lt;"), m.group(0).replace("<", "\\lt ")]
+            parts += [text[last:m.start()].replace("<", "&lt;"), _MATH_LT.sub("< ", m.group(0))]
             last = m.end()
         pieces[i] = "".join(parts) + text[last:].replace("<", "&lt;")
     return "".join(pieces)
