@@ -6,6 +6,7 @@ import csv
 import json
 import os
 import shutil
+import subprocess
 import sys
 import zipfile
 from pathlib import Path
@@ -112,6 +113,47 @@ def test_fork_server_refuses_a_process_that_is_not_the_sandbox(tmp_path, capsys)
         os.close(r)
         os.close(w)
         forkserver.close()
+
+
+LINKED_VENV_SCRIPT = """
+import json, sys
+from pathlib import Path
+sys.path.insert(0, sys.argv[3])
+from test_grading_forkserver import _execute
+from lib.grading import sandbox
+course, tmp = Path(sys.argv[1]), Path(sys.argv[2])
+forkserver = sandbox.ForkServer(tmp / "templates")
+try:
+    got = _execute(
+        "import json, sys\\nimport latex2mathml.converter\\n"  # 模板没有预先导入的、venv 里的包
+        "print(json.dumps({'prefix': sys.prefix, 'path': [p for p in sys.path if 'site-packages' in p]}))",
+        course, tmp, forkserver)
+    print(json.dumps(dict(got, spawned=forkserver.spawned, error=forkserver.error)))
+finally:
+    forkserver.close()
+"""
+
+
+def test_a_course_whose_venv_is_a_link_to_another_checkout(tmp_path):
+    """fe44r S5：课程的 .venv 是指向另一个克隆的 .venv 的符号链接时，用模板进程（默认）评的每一行都是 error
+    （“No module named 'IPython.core.oinspect'”）：模板以 sys.executable（课程目录里的链接，沙箱里被盖住）启动，
+    sys.prefix、sys.path 都指向看不到的地方，内核后来才导入的模块找不到。预期：模板用解析过的解释器
+    （sandbox_bwrap.sandbox_python）启动，fork 出来的内核导入模板没有导入过的包也照常，sys.prefix、site-packages
+    都是解析过的（沙箱里看得见的）路径。失败时看 sandbox_forkserver.template_command。"""
+    venv = Path(sys.executable).parent.parent.resolve()
+    course = tmp_path / "course"
+    (course / "lib").mkdir(parents=True)
+    (course / "lib" / "__init__.py").write_text("")
+    (course / ".venv").symlink_to(venv, target_is_directory=True)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    linked = course / ".venv" / "bin" / Path(sys.executable).name
+    out = subprocess.run([str(linked), "-c", LINKED_VENV_SCRIPT, str(course), str(scratch), str(REPO / "tests")],
+                         capture_output=True, text=True, cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)), timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["spawned"] == 1 and got["error"] is None, got
+    assert Path(got["prefix"]) == venv and got["path"] and all(p.startswith(str(venv)) for p in got["path"]), got
 
 
 def _grade(course: Path, subs: Path, fork_server: bool) -> list[dict]:

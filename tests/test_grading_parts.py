@@ -43,32 +43,107 @@ GUARD_SCRIPT = textwrap.dedent('''
     import os, sys
     from lib.grading import guard
     r, w = os.pipe()
-    guard.install(w, "/course", "/tmp/submission", 16, set(), {})
-    exec(compile(sys.stdin.read(), "<ipython-input-1-0123456789ab>", "exec"), {})  # 学生的代码
+    guard.install(w, "/course", sys.argv[1], int(sys.argv[2]), set(), {})
+    try:
+        exec(compile(sys.stdin.read(), "<ipython-input-1-0123456789ab>", "exec"), {})  # 学生的代码
+    except PermissionError as e:
+        print("拒绝：" + str(e), file=sys.stderr)
     os.close(w)
     sys.stdout.write(os.read(r, 1 << 20).decode())
 ''')
+SANDBOX_SCRATCH = "/tmp/submission"  # bwrap 沙箱里临时副本的位置（sandbox_kernel）：guard 凭它知道自己在沙箱里
+PLAIN_SCRATCH = "/tmp/lecture07-scratch-abc"  # 没有沙箱时（--no-sandbox）的临时副本
 
 
-def test_what_the_kernel_flags_reaches_the_detail_under_its_label():
-    """审计钩子（guard.py，在子进程里装：装上就移除不了）发出的每一种都过得了 take_alert 的过滤，judge 用表里的中文标签
-    写进 detail。学生的代码自己发出审计事件，钩子照样看调用栈：栈上有学生的代码才算。"""
-    student = ('sys.audit("open", "/course/solutions/01.ipynb", "r", 0)\n'
-               'sys.audit("open", "/home/ta/out.txt", "w", 0)\n'
-               'sys.audit("open", "/tmp/submission/ok.txt", "w", 0)\n'  # 临时副本里：不算
-               'sys.audit("socket.connect", None, ("10.0.0.1", 80))\n'
-               'sys.audit("os.system", b"ls")\n')
-    out = subprocess.run([sys.executable, "-c", GUARD_SCRIPT], input="import sys\n" + student, capture_output=True,
-                         text=True, cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)), timeout=120)
+def _guard_alerts(student: str, scratch: str, max_forks: int = 16) -> tuple[list, str, int]:
+    """在子进程里装上审计钩子、运行 student（像学生的单元格），返回 (评分通道收到的可疑迹象 [种类, 说明]……, stderr,
+    通道报告的超过上限时的进程数)。"""
+    out = subprocess.run([sys.executable, "-c", GUARD_SCRIPT, scratch, str(max_forks)], input="import sys\n" + student,
+                         capture_output=True, text=True, cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)), timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     res = ExecResult()
     for line in out.stdout.splitlines():
         take_alert(res, json.loads(line))
-    sent = [[k, d] for k, d in res.flags]
+    return [[k, d] for k, d in res.flags], out.stderr, res.forks
+
+
+def test_what_the_kernel_flags_reaches_the_detail_under_its_label():
+    """审计钩子（guard.py，在子进程里装：装上就移除不了）发出的每一种都过得了 take_alert 的过滤，judge 用表里的中文标签
+    写进 detail。学生的代码自己发出审计事件，钩子照样看调用栈：栈上有学生的代码才算。这里没有沙箱（临时副本不在
+    /tmp/submission），创建子进程也报告（沙箱里不报告，见下一个测试）。"""
+    student = ('sys.audit("open", "/course/solutions/01.ipynb", "r", 0)\n'
+               'sys.audit("open", "/home/ta/out.txt", "w", 0)\n'
+               f'sys.audit("open", "{PLAIN_SCRATCH}/ok.txt", "w", 0)\n'  # 临时副本里：不算
+               'sys.audit("socket.connect", None, ("10.0.0.1", 80))\n'
+               'sys.audit("os.system", b"ls")\n')
+    sent, _, _ = _guard_alerts(student, PLAIN_SCRATCH)
     assert [k for k, _ in sent] == ["read", "write", "network", "process"]
-    tamper = _judge_tamper(res.flags)
+    tamper = _judge_tamper(sent)
     assert tamper == [f"{Flag(k).label}：{d}" for k, d in sent]
     assert tamper[0] == "访问了评分相关路径：/course/solutions/01.ipynb"
+
+
+def test_a_child_process_in_the_sandbox_is_counted_not_flagged():
+    """fe44r S1：诚实的 !ls、!pip list（IPython 用 os.forkpty）被标成 suspect（“创建了子进程：os.forkpty”）。沙箱里子进程和
+    内核一样看不到课程、别的学生和密钥，只创建进程不算可疑；但照样计数，超过 max_forks 的被拒绝，也算可疑（fork 炸弹）。
+    没有沙箱时照旧报告（子进程读的文件审计钩子看不到）。失败时看 guard.install 的钩子里 process_events 那一段的 where[2]。"""
+    forks = 'sys.audit("os.forkpty")\nsys.audit("subprocess.Popen", "ls", ["ls"], None, None)\n'
+    assert _guard_alerts(forks, SANDBOX_SCRATCH) == ([], "", 0)
+    assert _guard_alerts(forks, PLAIN_SCRATCH)[0] == [["process", "os.forkpty"]]
+    sent, said, count = _guard_alerts(forks + 'sys.audit("os.system", b"ls")\n', SANDBOX_SCRATCH, max_forks=2)
+    assert sent == [["process", "os.system（第 3 个，超过上限）"]] and count == 3 and "不允许再创建新进程" in said, \
+        (sent, said, count)  # fork 炸弹照样可疑
+
+
+EQ_CLASSES = textwrap.dedent('''
+    __name__ = "__main__"  # 像学生的内核：类定义在 __main__ 里
+    import dataclasses
+
+    class Shape:                      # 诚实：普通的按内容比较（fe44r h05）
+        def __init__(self, dims): self.dims = dims
+        def __eq__(self, other): return self.dims == other.dims
+        def __hash__(self): return hash(self.dims)
+
+    class Near:                       # 诚实：other 只在里面的生成器里用到（LOAD_CLOSURE / LOAD_DEREF）
+        def __eq__(self, o): return all(abs(a - b) < 1e-9 for a, b in zip(self.v, o.v) if o is not None)
+
+    class Lazy:                       # 诚实：other 只在 lambda 里用到
+        def __eq__(self, other):
+            get = lambda: other.x
+            return self.x == get()
+
+    @dataclasses.dataclass
+    class Config:                     # @dataclass 生成的 __eq__
+        c: float = 10.0
+
+    class Always:                     # 把戏：不看 other
+        def __eq__(self, other): return True
+
+    class Overwrites:                 # 把戏：先把 other 换掉再“比较”
+        def __eq__(self, other):
+            other = self
+            return self is other
+
+    AlwaysLambda = type("AlwaysLambda", (), {"__eq__": lambda self, other: True, "__module__": "__main__"})
+
+    class Truthy:                     # __bool__、__array__ 照旧报告
+        def __bool__(self): return True
+
+    class Arrayish:
+        def __array__(self, dtype=None): return None
+
+    sys.audit("lecture07.cells_done", dict(globals()))
+''')
+
+
+def test_an_ordinary_eq_that_reads_other_is_not_flagged():
+    """fe44r S2：诚实的辅助类自己写了 __eq__（return self.dims == other.dims）被标成“自定义了 __eq__/__bool__”（suspect）。
+    “和什么都相等”的把戏不看第二个参数；guard 用安装时取好的 dis.get_instructions 看 __eq__ 读没读 other
+    （LOAD_FAST*、LOAD_DEREF、LOAD_CLOSURE）：读了的不算，不读的、__bool__、__array__ 照旧报告。失败时看
+    guard.reads_second_argument 在这个 Python 版本上认不认得读参数的指令（dis 的 opname 各版本不同）。"""
+    sent, said, _ = _guard_alerts(EQ_CLASSES, PLAIN_SCRATCH)
+    assert sorted(d for k, d in sent if k == "eq") == ["Always.__eq__", "AlwaysLambda.__eq__", "Arrayish.__eq__",
+                                                       "Overwrites.__eq__", "Truthy.__eq__"], (sent, said)
 
 
 def test_the_kernel_cannot_raise_what_only_the_grader_raises():

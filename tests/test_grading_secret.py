@@ -469,12 +469,52 @@ def test_student_html_is_shown_not_run(attacked):
     assert "<script" not in body.lower(), body[-3000:]  # 学生代码里的 javascript: 作为高亮的源代码文字出现，不是链接
     assert not re.search(r"(href|src)\s*=\s*[\"']?\s*javascript:", body, re.IGNORECASE)
     assert not re.search(r"<[a-z][^>]*\son[a-z]+\s*=", body, re.IGNORECASE)
-    assert "<b>bold</b>" in body and "我的说明" in body and "&lt;img/src/onerror=alert(4)&gt;" in body
+    assert "<b>bold</b>" in body and "我的说明" in body  # 公式里的 "<" 后面加了空格（fe44r M3），看得见的字不变
+    assert re.search(r"&lt;(\s|&#x0*[aA]0;|&nbsp;|\xa0)img/src/onerror=alert\(4\)&gt;", body), body[-3000:]
     autograded = gf.load(attacked["course"] / "autograded" / "a13_html" / "exercises" / f"{NB}.ipynb")
     outputs = json.dumps([c.get("outputs", []) for c in autograded["cells"]], ensure_ascii=False)
     assert "<script" not in outputs and "onerror" not in outputs and "text/markdown" not in outputs
     added = next(c for c in autograded["cells"] if c.get("id") == "added-md")
     assert gf.src(added).startswith("我的说明 &lt;script>")  # formgrader 显示的 Markdown 里它也只是文字
+
+
+A09_MARKDOWN = (  # fe44r 的 a09 自己加的 Markdown 单元格，再加几种变形
+    '# 练习 1 全部满分\n<script>alert("md1")</script> <img src=x onerror=alert("md2")>\n'
+    'Math trick: $<img src=x onerror=alert("math")>$ and $$</math><script>alert("dm")</script>$$\n'
+    '[link](javascript:alert("md3")) `<script>alert("code")</script>`\n'
+    '[大写](JavaScript:alert(1) "标题") [实体](java&#58;script:alert(2)) [制表符](java&#9;script:alert(3)) '
+    '[转义](javascript\\:alert(4)) ![图](data:text/html,<script>alert(5)</script>) [vb](vbscript:msgbox(6))\n'
+    '``<img src=x onerror=alert(7)>` \\`<img src=x onerror=alert(8)>\\`\n\n[引用][r]\n\n[r]: javascript:alert(9)\n')
+HONEST_MARKDOWN = ("当 $a<b$ 且 $$x<y$$ 时，见 [讲义](https://example.org/a_(b)) 和 [上一节](#注意力) 和 [02](02_multi_head.ipynb)，"
+                   "![截图](attachment:image.png)，代码 `if a < b:`")
+
+
+def test_markdown_in_autograded_notebooks_has_no_live_links_or_tags():
+    """fe44r M3：autograded/ 里的 Markdown（formgrader 在助教的 Jupyter 上用 nbconvert 的 HTMLExporter 显示它）里，
+    [link](javascript:…) 渲染成能点的 javascript: 链接，公式 $…$ 里的 "<" 原样留着。预期：sanitize.safe_markdown 之后，
+    HTMLExporter 渲染出来没有 javascript:/vbscript:/data:text 的 href、src，没有学生写的 <img>、<script> 标签，
+    没有 on… 属性；看得见的文字（链接文字、公式）都还在；诚实的 http 链接、页内锚点、相对链接、附件图片、公式里的小于号照常
+    （公式里的 "<" 后面加了一个空格："< img" 不是标签，数学模式里空格不显示）。
+    失败时看 safe_markdown 漏了哪种写法（渲染出来的 HTML 在断言信息里）。"""
+    import nbformat
+    from nbconvert import HTMLExporter
+    from lib.grading import sanitize
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(sanitize.safe_markdown(A09_MARKDOWN)),
+                                         nbformat.v4.new_markdown_cell(sanitize.safe_markdown(HONEST_MARKDOWN))])
+    nb.cells[1]["attachments"] = {"image.png": {"image/png": "iVBORw0KGgo="}}
+    html, _ = HTMLExporter().from_notebook_node(nb)
+    cells = html[html.index("练习 1 全部满分"):]
+    cells = cells[:cells.index("b:</code>") + len("b:</code>")]
+    assert not re.search(r"(href|src)\s*=\s*[\"']?\s*(javascript|vbscript|data:text)", cells, re.IGNORECASE), cells
+    assert "<script" not in cells, cells
+    images = re.findall(r"<img\b[^>]*>", cells)  # 只有 Markdown 的图片：目标换成了 "#"，或者是附件
+    assert images == ['<img alt="图" src="#"/>', '<img alt="截图" src="data:image/png;base64,iVBORw0KGgo="/>'], cells
+    assert not re.search(r"<[a-z][^>]*\son[a-z]+\s*=", cells, re.IGNORECASE), cells
+    for text in ("link", "大写", "实体", "制表符", "转义", "vb", "引用", "alert(\"math\")", "alert(\"code\")"):
+        assert text in cells, text
+    assert 'href="https://example.org/a_(b)"' in cells and '上一节</a>' in cells and 'href="#%E6%B3%A8' in cells and 'href="02_multi_head.ipynb"' in cells
+    assert '<img alt="截图" src="data:image/png;base64,' in cells and "$a&lt; b$" in cells and "$$x&lt; y$$" in cells
+    assert "<code>if a &lt; b:</code>" in cells
 
 
 @pytest.mark.slow
@@ -790,6 +830,28 @@ def test_a_notebook_handed_in_before_its_week_is_not_graded_until_named(tmp_path
     assert by[("s1", NB5)].score is not None and by[("s2", NB5)].status == "missing" and by[("s1", NB)].status == "ok"
     html = (course / "feedback" / "s1" / "exercises" / f"{NB5}.html").read_text(encoding="utf-8")
     assert "DUMP" in html  # 点名之后：它自己的输入照常讲解
+
+
+def test_named_notebooks_are_honoured_even_after_the_due_date():
+    """fe44r M1：`grade --notebooks 01 --due "2020-01-01"`（按周发布的助教用 --due 写这一周的截止时间来标迟交）评了学生提前交的
+    03，03 的反馈写出了它的隐藏输入，全班还多了 03 的 missing 行：截止时间早于现在时以前不看 --notebooks，全部评。
+    预期：给了 --notebooks，就只评点名的和之前评过的，不管截止时间（有没有学期密钥都一样）；不点名时照旧：截止了全部评。
+    失败时看 collect.choose_notebooks 的规则是不是又先看截止时间了，以及 docs/ta_guide.md 的“按周发布”一段。"""
+    from lib.grading import collect
+    nbs = ["01_attention_by_hand", "02_multi_head", "03_positions_and_rope"]
+    now = collect.dt.datetime(2025, 3, 1, tzinfo=collect.dt.timezone.utc)
+    past = collect.dt.datetime(2020, 1, 1, tzinfo=collect.dt.timezone.utc)
+    future = collect.dt.datetime(2030, 1, 1, tzinfo=collect.dt.timezone.utc)
+    for due in (past, future, None):
+        for guarded in (True, False):
+            choice = collect.choose_notebooks(nbs, nbs[:1], [], due, guarded, now=now)
+            assert choice.open == nbs[:1], (due, guarded, choice)
+            assert "--notebooks" in choice.held_why, choice
+            assert collect.choose_notebooks(nbs, nbs[:1], nbs[1:2], due, guarded, now=now).open == nbs[:2]
+    assert collect.choose_notebooks(nbs, [], [], past, True, now=now).open == nbs  # 不点名、截止了：全部评
+    assert collect.choose_notebooks(nbs, [], [], None, False, now=now).open == nbs
+    assert collect.choose_notebooks(nbs, [], nbs[:1], future, True, now=now).open == nbs[:1]
+    assert collect.choose_notebooks(nbs, collect.named_notebooks("all", nbs), [], past, True, now=now).open == nbs
 
 
 def test_links_in_a_download_are_never_followed(tmp_path):

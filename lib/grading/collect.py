@@ -815,20 +815,26 @@ def choose_notebooks(notebooks: list[str], named: list[str], before: list[str], 
                      guarded: bool, now: dt.datetime | None = None) -> Choice:
     """评哪些 notebook。一个作业的几个 notebook 在 nbgrader 里只有一个截止时间（整个作业的）；按周发布的课程
     每周截止之后点名评那一周的（--notebooks）。规则（先到先算）：
+    - 给了 --notebooks：只评点名的和之前评过的（before），不管截止时间（fe44r M1：按周发布的助教用 --due 写这一周的截止时间
+      来标迟交，作业的截止时间早于现在时以前全部评，提前交的下一周的 notebook 也评了，反馈写出了它的隐藏输入）；
     - 作业已经截止（--due 或 gradebook 里的 duedate 早于现在）：全部评；
     - 没有截止时间、课程也没有学期密钥：全部评（隐藏输入是公开的种子 0，提前评也泄露不了什么；以前就是这样）；
-    - 否则（还没截止，或者没有截止时间而课程有学期密钥）：只评 --notebooks 点名的和之前评过的（before）。
+    - 否则（还没截止，或者没有截止时间而课程有学期密钥）：只评之前评过的（before）。
     提前交的别的 notebook 的反馈会写出那个 notebook 的隐藏输入：截止之前不评、不写反馈，也不算别人没交。"""
     now = now or dt.datetime.now(dt.timezone.utc)
-    if due is not None and due <= now:
-        return Choice(list(notebooks), f"作业已经在 {lms.show_time(due)} 截止：全部 notebook 都评")
-    if due is None and not guarded:
-        return Choice(list(notebooks), "作业没有截止时间、课程没有学期密钥：下载里的 notebook 都评")
+    if not named:
+        if due is not None and due <= now:
+            return Choice(list(notebooks), f"作业已经在 {lms.show_time(due)} 截止：全部 notebook 都评")
+        if due is None and not guarded:
+            return Choice(list(notebooks), "作业没有截止时间、课程没有学期密钥：下载里的 notebook 都评")
     chosen = [nb for nb in notebooks if nb in named or nb in before]
     parts = [f"{nb}（{'--notebooks 点名' if nb in named else '之前评过'}）" for nb in chosen]
+    why = ("这次评的 notebook：" + "、".join(parts)) if chosen else "这次一个 notebook 也不评"
+    if named:
+        return Choice(chosen, f"{why}（给了 --notebooks：只评点名的和之前评过的，不管截止时间）",
+                      "--notebooks 没有点名它")
     until = (f"作业 {lms.show_time(due)} 才截止" if due is not None
              else "作业没有截止时间，而课程有学期密钥（python -m lib.grading secret）")
-    why = ("这次评的 notebook：" + "、".join(parts)) if chosen else "这次一个 notebook 也不评"
     return Choice(chosen, f"{why}（{until}：只评 --notebooks 点名的和之前评过的）", f"{until}，这次也没有点名")
 
 

@@ -67,10 +67,13 @@ class Flag(Enum):
     WRITE = "write", "runner", "在临时目录之外写文件", ("在这份提交的临时副本（和沙箱私有的 /tmp）之外写、删、改名、"
                                                       "改权限（guard.py）")
     NETWORK = "network", "runner", "尝试联网", "socket.connect（guard.py；有 bwrap 时沙箱里本来就没有网络）"
-    PROCESS = "process", "runner", "创建了子进程", ("fork、subprocess、os.system……第一次创建时发出（guard.py）；"
-                                                   "超过 Limits.max_forks 之后的创建被拒绝，这一行另外是 crashed")
+    PROCESS = "process", "runner", "创建了子进程", ("没有沙箱（bubblewrap）时，fork、subprocess、os.system……第一次创建时发出"
+                                                   "（guard.py；子进程读的文件审计钩子看不到）；沙箱里子进程看不到课程、别的学生"
+                                                   "和密钥，!ls、!pip list 这样的创建不算可疑，超过 Limits.max_forks 时（fork"
+                                                   " 炸弹）才发出。有没有沙箱，超过上限之后的创建都被拒绝，这一行另外是 crashed")
     EQ = "eq", "runner", "自定义了 __eq__/__bool__", ("学生的单元格里定义了改写 __eq__、__bool__ 或 __array__ 的类"
-                                                     "（“和什么都相等”的把戏；@dataclass 生成的 __eq__ 不算；单元格全部跑完后检查）")
+                                                     "（“和什么都相等”的把戏；@dataclass 生成的 __eq__、读了第二个参数 other 的"
+                                                     " __eq__ 不算；单元格全部跑完后检查）")
     INTROSPECT = "introspect", "runner", "检查时窥探评分程序（调用栈、对象）", (
         "检查阶段学生的代码拿帧、跟踪函数、ctypes 读内存；任何时候用 gc 找对象、读 /proc/…/mem、改写函数的 __code__，"
         "或把代码伪装成库或评分程序；同时被拦下（PermissionError，guard.py）")

@@ -221,16 +221,50 @@ def generated_eq(cls, reference, t):
     return (code.co_code, code.co_names, code.co_consts) == (ref.co_code, ref.co_names, ref.co_consts)
 
 
-def eq_classes(user_ns, reference, t, generated):
-    """学生自己定义、改写了 __eq__、__bool__ 或 __array__ 的类（“永远相等”的把戏）。@dataclass 生成的 __eq__ 不算。"""
+def reads_second_argument(get_instructions, t, eq):
+    """eq(self, other) 的代码读不读第二个参数（other）：“和什么都相等”的把戏不看 other（return True），普通的 __eq__
+    （return self.dims == other.dims）要看它。get_instructions 是安装时取好的 dis.get_instructions；读 other 的指令是
+    LOAD_FAST*（3.12 起还有 LOAD_FAST_CHECK，3.13 的 LOAD_FAST_LOAD_FAST 的 argval 是两个名字）、LOAD_DEREF 和
+    LOAD_CLOSURE（other 被里面的生成器、lambda 用到时）。读之前先存进、删掉 other 的（other = self）不算读了。
+    取不到代码、没有第二个参数、出错：当成不读（照样报告）。"""
+    getattr_, str_, tuple_, isinstance_ = t[3], t[7], t[9], t[6]
+    code = getattr_(getattr_(eq, "__func__", eq), "__code__", None)
+    if code is None or code.co_argcount < 2:
+        return False
+    name = code.co_varnames[1]
+    try:
+        for ins in get_instructions(code):  # 按字节码的顺序：先把 other 换掉（other = self）再读的，不算读了
+            op = ins.opname
+            names = [str_(n) for n in (ins.argval if isinstance_(ins.argval, tuple_) else (ins.argval,))]
+            if op == "STORE_FAST_LOAD_FAST":  # 3.13：(存进的, 读出的)
+                if names[0] == name:
+                    return False
+                names = names[1:]
+            elif op.startswith(("STORE_", "DELETE_")) and op.endswith(("_FAST", "_DEREF", "FAST_STORE_FAST")):
+                if name in names:
+                    return False
+                continue
+            if ("LOAD_FAST" in op or op in ("LOAD_DEREF", "LOAD_CLOSURE")) and name in names:
+                return True
+    except Exception:  # noqa: BLE001
+        return False
+    return False
+
+
+def eq_classes(user_ns, reference, t, judges):
+    """学生自己定义、改写了 __eq__、__bool__ 或 __array__ 的类（“永远相等”的把戏）。@dataclass 生成的 __eq__ 不算，
+    读了第二个参数（other）的 __eq__ 也不算（普通的按内容比较，fe44r S2）。judges：(generated_eq, reads)，
+    reads(eq) 是安装时用 dis.get_instructions 做好的 reads_second_argument。"""
     type_, getattr_, vars_, list_, isinstance_ = t[0], t[3], t[4], t[5], t[6]
+    generated, reads = judges
     out = []
     for name, val in list_(user_ns.items()):
         cls = val if isinstance_(val, type_) else type_(val)
         if getattr_(cls, "__module__", None) != "__main__":
             continue
         own = vars_(cls)
-        if ("__eq__" in own and not generated(cls, reference, t)) or "__bool__" in own or "__array__" in own:
+        ordinary = "__eq__" in own and (generated(cls, reference, t) or reads(own["__eq__"]))
+        if ("__eq__" in own and not ordinary) or "__bool__" in own or "__array__" in own:
             out.append(cls.__name__ + ".__eq__")
     return out
 
@@ -310,6 +344,7 @@ def install(channel_fd, course_root, scratch, max_forks, this_files, runner_glob
     这些变量；钩子这个函数对象只在解释器里，gc 又被拦下）。学生改 runner 或本模块的全局变量、builtins、被监视的
     库函数，都在下一步（cell_done、cells_done、probes_done）被报告成“替换了 …”。"""
     import dataclasses
+    import dis
     import functools
     import signal
     import threading
@@ -335,7 +370,9 @@ def install(channel_fd, course_root, scratch, max_forks, this_files, runner_glob
            (signal.getsignal, signal.signal, signal.Signals, signal.getitimer, signal.setitimer,
             (signal.ITIMER_REAL, signal.ITIMER_VIRTUAL, signal.ITIMER_PROF)),
            (sys.settrace, sys.setprofile, threading.settrace, threading.setprofile), signal_handlers(signal), t,
-           (snapshot, replaced_lib_functions, eq_classes, generated_eq, restore_signals), (REPLACED, EQ, INTROSPECT))
+           (snapshot, replaced_lib_functions, eq_classes,
+            (generated_eq, functools.partial(reads_second_argument, dis.get_instructions, t)), restore_signals),
+           (REPLACED, EQ, INTROSPECT))
     watched = (INTROSPECTION_EVENTS | CODE_EVENTS | PROCESS_EVENTS | LISTING_EVENTS | CHANGING_EVENTS
                | {"open", "socket.connect", "object.__getattr__", "object.__setattr__"})
     process_events, file_events, handing = PROCESS_EVENTS, LISTING_EVENTS | CHANGING_EVENTS | {"open"}, FRAME_HANDING
@@ -367,8 +404,12 @@ def install(channel_fd, course_root, scratch, max_forks, this_files, runner_glob
                         forks += 1
                         if child:
                             exit_now(0)  # 学生 fork 出来的子进程还想再 fork：直接结束它（防 fork 炸弹）
-                        alerts = [(k_process, event)] if forks == 1 else []
+                        # 沙箱里（where[2]）子进程和内核一样看不到课程、别的学生和密钥：只数，不算可疑（!ls、!pip list），
+                        # 超过上限（fork 炸弹）时才报告；没有沙箱时子进程读的文件审计钩子看不到，第一次创建就报告
+                        alerts = [(k_process, event)] if forks == 1 and not where[2] else []
                         if forks > max_forks:
+                            alerts += [(k_process, f"{event}（第 {forks} 个，超过上限）")] \
+                                if forks == max_forks + 1 and where[2] else []
                             alerts += [(k_forks, str(forks))] if forks == max_forks + 1 else []
                             blocked = "评分环境限制：不允许再创建新进程"
                 elif event in file_events:

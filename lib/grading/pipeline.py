@@ -939,7 +939,7 @@ def summary(rows: list[Row], seconds: float, use_bwrap: bool, what: str = "评�
         lines.append(f"计入的 notebook：{'、'.join(counted)}（至少一名学生交了的）；还没有人交的 {'、'.join(not_counted)} "
                      "不计入，不算谁没交，导出时也不计入满分。")
     if not_open:
-        lines.append(f"这次不评的 notebook：{'、'.join(not_open)}（没有用 --notebooks 点名，作业也还没截止或者没有截止时间）：不写反馈，"
+        lines.append(f"这次不评的 notebook：{'、'.join(not_open)}（给了 --notebooks 时它没有被点名；没给时作业还没截止或者没有截止时间）：不写反馈，"
                      "不算谁没交。")
     missing = [r for r in rows if r.status == Status.MISSING.value]
     if missing:

@@ -25,6 +25,11 @@ class ForkServerError(Exception):
     pass
 
 
+def template_command(script: Path, kind: str, fd: int) -> list:
+    """启动模板进程（runner.serve_template）的命令：用沙箱里看得见的解释器（sandbox_bwrap.sandbox_python）。"""
+    return [sandbox_python(), "-u", str(script), "--template", kind, str(fd)]
+
+
 class ForkServer:
     """模板进程（runner.serve_template）的评分进程一侧：每种预加载（"numpy"、"torch"）一个模板进程，
     第一次用到时启动，评分结束时 close()。它们在任何学生代码之前启动、只导入库，自己从不运行学生代码；
@@ -44,7 +49,10 @@ class ForkServer:
             script = ship(self.folder, f"runner_{kind}.py")
             ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
             with open(self.folder / f"{kind}.log", "wb") as log:
-                proc = subprocess.Popen([sys.executable, "-u", str(script), "--template", kind, str(theirs.fileno())],
+                # 解析过的 venv（sandbox_python，和全新内核一样）：.venv 是指向别的克隆的链接时，sys.executable 在课程目录里，
+                # 沙箱里看不到，模板以它启动时 sys.prefix、sys.path 都指向那里，fork 出来的内核后来才导入的模块
+                # （IPython.core.oinspect……）就找不到（fe44r S5：每一行都是 error）
+                proc = subprocess.Popen(template_command(script, kind, theirs.fileno()),
                                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,
                                         env=kernel_env(None), cwd="/", pass_fds=(theirs.fileno(),),
                                         start_new_session=True)

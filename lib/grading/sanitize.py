@@ -137,20 +137,79 @@ def safe_outputs(outputs) -> list:
     return [o for o in (safe_output(x) for x in outputs) if o is not None]
 
 
+# Markdown 里的代码：行首的围栏代码块（```…```、~~~…~~~，同样长的围栏结束），和段落里的代码 `…`、``…``（CommonMark：
+# 同样长的一串反引号结束，不跨空行；反斜杠转义的反引号不开始代码）。认不准时宁可当成文字（多转义一个 "<" 只是难看），
+# 不能把渲染器不当代码的东西当成代码放过
+_MD_CODE = re.compile(r"(?ms)^ {0,3}(?P<fence>`{3,}|~{3,})[^\n]*\n.*?^ {0,3}(?P=fence)[ \t]*$"
+                      r"|(?<![`\\])(?P<ticks>`+)(?!`)(?:(?!\n[ \t]*\n).)+?(?<!`)(?P=ticks)(?!`)")
+# 链接、图片的目标：[文字](目标 "标题")、![图](目标)，和引用式链接的定义 [名字]: 目标
+_LINK_OPEN = re.compile(r"\]\([ \t]*\n?[ \t]*")
+_LINK_DEFINITION = re.compile(r"(?m)^ {0,3}\[[^\]\n]+\]:[ \t]*\n?[ \t]*")
+# 允许的链接和图片目标（浏览器读之前先去掉实体、反斜杠转义、空白和控制字符再比）；没有冒号的相对地址也允许（没有 scheme）
+# 公式里的 "<"：后面加一个空格（"< img" 不是 HTML 标签；数学模式里空格不显示，\text{} 里多一个空格）
+_MATH_LT = re.compile(r"<(?!\s)")
+_SAFE_TARGET = re.compile(r"(https?:|mailto:|#|attachment:|data:image/(png|jpeg|gif);base64,)", re.IGNORECASE)
+
+
+def _target_end(text: str, i: int) -> int:
+    """Markdown 链接目标从 i 开始，到哪里结束（CommonMark：不含空白，括号要配对，反斜杠转义下一个字符）。"""
+    depth = 0
+    while i < len(text):
+        ch = text[i]
+        if ch == "\\":
+            i += 2
+            continue
+        if ch.isspace() or (ch == ")" and depth == 0):
+            break
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        i += 1
+    return min(i, len(text))
+
+
+def safe_link_target(target: str) -> bool:
+    """链接或图片的目标能不能留下：只留 http、https、mailto、页内锚点、单元格附件（attachment:）、内嵌的 PNG/JPEG/GIF，
+    和没有冒号的相对地址。比较之前像渲染器和浏览器那样解码实体（java&#58;script）、去掉反斜杠转义和空白、控制字符
+    （java&#9;script:）。"""
+    import html
+    plain = re.sub(r"[\x00-\x20\x7f]", "", html.unescape(target.replace("\\", "")))
+    return ":" not in plain or bool(_SAFE_TARGET.match(plain))
+
+
+def _neutralise_links(text: str) -> str:
+    """不允许的链接和图片目标（javascript:、vbscript:、data:text/html……）换成 "#"：看得见的文字照样显示，点了也不去哪里。"""
+    out, last = [], 0
+    starts = sorted([*(m.end() for m in _LINK_OPEN.finditer(text)), *(m.end() for m in _LINK_DEFINITION.finditer(text))])
+    for i in starts:
+        if i < last:
+            continue
+        end = _target_end(text, i)
+        if not safe_link_target(text[i:end]):
+            out += [text[last:i], "#"]
+            last = end
+    return "".join(out) + text[last:]
+
+
 def safe_markdown(source: str) -> str:
-    """学生写的 Markdown（文字题的答案、自己加的单元格）：代码和公式之外的 "<" 写成 "&lt;"。显示出来还是同样的字，
-    但不再是 HTML 标签：formgrader 原样显示 autograded/ 里的 Markdown（nbgrader 不清理它），助教在自己的 Jupyter
-    里打开时，学生写的 <script> 就能以助教的身份运行。代码（`…`、```…```）和公式（$…$，nbconvert 自己转义）不动。"""
-    from .feedback_math import _CODE, _DISPLAY, _INLINE
-    pieces = _CODE.split(source)
+    """学生写的 Markdown（文字题的答案、自己加的单元格）：代码之外的 "<" 写成 "&lt;"（公式里在它后面加一个空格：
+    "< img" 不再是标签，公式照样显示小于号），不允许的链接和图片目标（javascript:、data:text/html……，见 safe_link_target）换成 "#"。显示出来还是同样的字，
+    但不再是 HTML 标签、不再是能运行脚本的链接：formgrader 原样显示 autograded/ 里的 Markdown（nbgrader 不清理它），
+    助教在自己的 Jupyter 里打开时，学生写的 <script>、[点这里](javascript:…) 就能以助教的身份运行（fe44r M3：公式 $…$
+    里的 <img onerror> 和 javascript: 链接以前留着）。代码（`…`、```…```）不动：渲染器自己转义它。"""
+    from .feedback_math import _DISPLAY, _INLINE
+    pieces, last = [], 0
+    for m in _MD_CODE.finditer(source):
+        pieces += [source[last:m.start()], m.group(0)]
+        last = m.end()
+    pieces.append(source[last:])
     for i in range(0, len(pieces), 2):  # 偶数下标是代码之外的文字
+        text = _neutralise_links(pieces[i])
         parts, last = [], 0
-        for m in sorted([*_DISPLAY.finditer(pieces[i]), *_INLINE.finditer(pieces[i])], key=lambda m: m.start()):
+        for m in sorted([*_DISPLAY.finditer(text), *_INLINE.finditer(text)], key=lambda m: m.start()):
             if m.start() < last:
                 continue  # $$…$$ 里面又认出的 $…$
-            parts += [pieces[i][last:m.start()].replace("<", "&lt;"), m.group(0)]
+            parts += [text[last:m.start()].replace("<", "&lt;"), _MATH_LT.sub("< ", m.group(0))]
             last = m.end()
-        pieces[i] = "".join(parts) + pieces[i][last:].replace("<", "&lt;")
+        pieces[i] = "".join(parts) + text[last:].replace("<", "&lt;")
     return "".join(pieces)
 
 
