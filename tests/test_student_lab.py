@@ -187,14 +187,17 @@ def _wait_saved(page) -> None:
     page.wait_for_function("() => !window.jupyterapp.shell.currentWidget.context.model.dirty", timeout=30_000)
 
 
-def _saved_with_output(path: Path, index: int, timeout: float = 30):
+def _saved_with_output(path: Path, index: int, timeout: float = 120):
     """磁盘上的副本：等到第 index 个单元格的输出也存进去了（机器忙时，一次自动保存可能正好落在代码已经运行、
-    输出还没到的时候；输出到了以后模型又变“有改动”，下一次自动保存才写进去）。"""
+    输出还没到的时候；输出到了以后模型又变“有改动”，下一次自动保存才写进去。CI 的 2 个核都被占满时要几十秒）。"""
     deadline = time.monotonic() + timeout
     while True:
         nb = nbformat.read(path, as_version=4)
-        if nb.cells[index].get("outputs") or time.monotonic() > deadline:
+        if nb.cells[index].get("outputs"):
             return nb
+        assert time.monotonic() < deadline, (
+            f"{timeout:.0f} 秒之内，{path.name} 第 {index} 个单元格的运行结果没有被自动保存到磁盘上："
+            "机器太忙（再跑一次），或者 JupyterLab 的自动保存没有打开（看 _lab_env 的用户设置）")
         time.sleep(0.5)
 
 
