@@ -69,6 +69,29 @@ def _save_state(work: Path, state: dict) -> None:
                                    encoding="utf-8")
 
 
+def for_this_kernel(nb):
+    """把 notebook 的 language_info 换成 make lab 的内核（这个环境的 ipykernel）启动时会写进去的那一份。
+    课程里存的只有 {"name": "python"} 或编写时机器的 Python 版本；不一样的话，JupyterLab 一打开就把它改写，
+    标签页显示“有改动”，关掉时问要不要保存，自动保存再把它写进去。一样的话，只打开不改就什么都不写。"""
+    from ipykernel.ipkernel import IPythonKernel
+
+    nb.metadata["language_info"] = dict(IPythonKernel.language_info)
+    return nb
+
+
+def copy_into_workdir(root: Path, rel: str) -> None:
+    """课程文件 rel 复制进副本：notebook 按这个环境的内核写好 language_info，其他文件原样复制。"""
+    import nbformat
+
+    dest = root / WORKDIR / rel
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    if not rel.endswith(".ipynb"):
+        shutil.copy2(root / rel, dest)
+        return
+    nb = for_this_kernel(nbformat.read(root / rel, as_version=4))
+    dest.write_text(nbformat.writes(nb) + "\n", encoding="utf-8")
+
+
 def init(root: Path = REPO_ROOT) -> list[str]:
     """建好副本：课程里有、副本里还没有的文件复制过去（已有的一个都不动）。返回新复制的文件。"""
     work = root / WORKDIR
@@ -76,8 +99,7 @@ def init(root: Path = REPO_ROOT) -> list[str]:
     state, commit, copied = _state(work), head_commit(root), []
     for rel in course_files(root):
         if not (work / rel).exists():
-            (work / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(root / rel, work / rel)
+            copy_into_workdir(root, rel)
             state[rel] = commit
             copied.append(rel)
     if copied:
@@ -204,7 +226,7 @@ def merge_file(root: Path, rel: str, base_commit: str | None, stamp: str) -> str
     base = nbformat.reads(base_text, as_version=4) if base_text else None
     mine = nbformat.reads(mine_bytes.decode("utf-8"), as_version=4)
     merged, report = merge_notebooks(base, mine, nbformat.reads(theirs_text, as_version=4))
-    new_text = nbformat.writes(merged) + "\n"
+    new_text = nbformat.writes(for_this_kernel(merged)) + "\n"
     if new_text.encode("utf-8") == mine_bytes:
         return None
     saved = _backup(work, rel, stamp)
@@ -219,8 +241,7 @@ def merge_into_workdir(root: Path, stamp: str) -> list[str]:
     state, lines = _state(work), []
     for rel in course_files(root):
         if not (work / rel).exists():
-            (work / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(root / rel, work / rel)
+            copy_into_workdir(root, rel)
             lines.append(f"{rel}：新的一页，复制进了你的副本")
         else:
             note = merge_file(root, rel, state.get(rel), stamp)

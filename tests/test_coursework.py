@@ -12,6 +12,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from ipykernel.ipkernel import IPythonKernel
 
 from lib import coursework
 from lib.notebook_merge import NOTE_MARK, merge_notebooks
@@ -175,6 +176,15 @@ def _answer(student: Path, text: str) -> None:
     nbformat.write(nb, path)
 
 
+def test_the_copy_carries_this_kernels_language_info_and_nothing_else_changes(clones):
+    up, student = clones
+    for rel in ("notebooks/02_page.ipynb", "release/exercises/01_ex.ipynb"):
+        course, copy = (nbformat.read(root / rel, as_version=4) for root in (up, student / "mywork"))
+        assert copy.metadata["language_info"] == IPythonKernel.language_info  # 内核启动时写的那一份，带版本号
+        assert copy.cells == course.cells and copy.metadata.get("kernelspec") == course.metadata.get("kernelspec")
+    assert (student / "mywork" / "assets" / "badge.svg").read_bytes() == b"<svg/>"
+
+
 def test_make_update_keeps_the_answer_and_brings_the_new_version(clones, capsys):
     up, student = clones
     _answer(student, "answer = softmax(x)")
@@ -188,6 +198,10 @@ def test_make_update_keeps_the_answer_and_brings_the_new_version(clones, capsys)
     page = nbformat.read(student / "mywork" / "notebooks" / "02_page.ipynb", as_version=4)
     assert page.cells[2].source == "讲解（新版）"
     assert _git(student, "status", "--porcelain") == ""  # 课程文件一个没动，副本被 git 忽略
+    # 合并后的副本带着这个环境的内核的 language_info：JupyterLab 打开它时不会先改写一遍、标成“有改动”
+    for nb in (ex, page):
+        assert nb.metadata["language_info"] == IPythonKernel.language_info, nb.metadata["language_info"]
+
     backups = list((student / "mywork" / "备份").glob("*/release/exercises/01_ex.ipynb"))
     assert len(backups) == 1 and "answer = softmax(x)" in backups[0].read_text(encoding="utf-8")
     assert "取到了课程的新版本" in out and "课程更新了 1 个单元格" in out

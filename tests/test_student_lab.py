@@ -236,8 +236,14 @@ def test_opening_every_page_changes_no_tracked_file(course, student_lab):
     pages = sorted(p.relative_to(student / "mywork").as_posix() for pattern in ("notebooks/*.ipynb", "release/exercises/*.ipynb")
                    for p in (student / "mywork").glob(pattern))
     assert len(pages) >= 14, pages
+    before = {rel: (student / "mywork" / rel).read_bytes() for rel in pages}
     for rel in pages:
         _open(page, rel)
+        # 内核的 language_info 到了以后（带这台机器的 Python 版本）标签页仍然没有“有改动”的标记：副本里存的就是这一份
+        page.wait_for_function("() => (window.jupyterapp.shell.currentWidget.content.model"
+                               ".getMetadata('language_info') || {}).version !== undefined")
+        dirty = page.evaluate("() => window.jupyterapp.shell.currentWidget.context.model.dirty")
+        assert not dirty, f"{rel} 一打开就显示有改动：副本的 language_info 和内核的不一样（lib/coursework.for_this_kernel）"
         if rel == EXERCISE:  # 练习的工具栏上有 nbgrader 的 Validate（学生要用的那一个）
             toolbar = page.locator(".jp-NotebookPanel:visible .jp-NotebookPanel-toolbar")
             assert toolbar.get_by_text("Validate", exact=True).count() == 1
@@ -247,11 +253,9 @@ def test_opening_every_page_changes_no_tracked_file(course, student_lab):
     page.wait_for_timeout(2500)  # 比自动保存的间隔长
     status = _git(student, "status", "--porcelain", "--untracked-files=all")
     assert status == "", f"打开各页之后课程的文件变了，或者多出了没被忽略的文件：\n{status}"
-    # 自动保存确实在工作：练习存下的 language_info 只有 {"name": "python"}，内核启动后 JupyterLab 把完整的一份
-    # （带 Python 的版本号，随学生的电脑而变）写进了副本并自动保存；课程的文件没动
-    course_meta = nbformat.read(student / EXERCISE, as_version=4).metadata["language_info"]
-    saved_meta = nbformat.read(student / "mywork" / EXERCISE, as_version=4).metadata["language_info"]
-    assert "version" in saved_meta and "version" not in course_meta, (saved_meta, course_meta)
+    # 只打开、不改：副本里的文件一个字节都没变（没有“要不要保存”，也没有自动保存）
+    changed = [rel for rel in pages if (student / "mywork" / rel).read_bytes() != before[rel]]
+    assert not changed, f"只是打开，副本里的这些文件就被改写了：{changed}"
 
 
 def _type_answer(page, grade_id: str, text: str) -> int:
