@@ -425,6 +425,60 @@ def unfinished_reason(fn) -> str:
         return "还没有作答（仍是 raise NotImplementedError()）"
 
 
+# 要自己写出每一步的函数（练习 1 的 self_attention）不能调用的现成实现：课程的 lib（任何东西），以及 torch 里
+# 现成的注意力。用 torch 的张量运算自己写每一步是可以的。公开测试和评分用同一个判断 ``borrowed``
+BORROWED_PACKAGE = "lib"
+READY_MADE = frozenset({"scaled_dot_product_attention", "multi_head_attention_forward", "MultiheadAttention"})
+
+
+def _from_lib(obj) -> bool:
+    import types
+
+    name = obj.__name__ if isinstance(obj, types.ModuleType) else getattr(obj, "__module__", None)
+    return isinstance(name, str) and name.split(".")[0] == BORROWED_PACKAGE
+
+
+def borrowed(fn, _seen=None) -> str | None:
+    """fn 调用了现成的注意力时，返回用到的名字；没有时 None。只看代码，不运行它：fn 的字节码（连同里面定义的
+    函数）里 import 的 lib 模块、READY_MADE 里的名字，以及全局名字、闭包变量指向的 lib 里的对象；
+    fn 用到的、同一个 notebook 里定义的函数也一样看。"""
+    import dis
+    import types
+
+    seen = set() if _seen is None else _seen
+    if not isinstance(fn, types.FunctionType) or id(fn) in seen:
+        return None
+    seen.add(id(fn))
+    codes, objects = [fn.__code__], []
+    for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
+        with contextlib.suppress(ValueError):  # 还没赋值的闭包变量
+            objects.append((cell.cell_contents, name))
+    while codes:
+        code = codes.pop()
+        codes += [c for c in code.co_consts if isinstance(c, types.CodeType)]
+        used = READY_MADE.intersection(code.co_names)
+        if used:
+            return sorted(used)[0]
+        for ins in dis.get_instructions(code):
+            if ins.opname == "IMPORT_NAME" and str(ins.argval).split(".")[0] == BORROWED_PACKAGE:
+                return str(ins.argval)
+            if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME") and ins.argval in fn.__globals__:
+                objects.append((fn.__globals__[ins.argval], ins.argval))
+    for obj, name in objects:
+        try:
+            found = name if _from_lib(obj) else borrowed(obj, seen)
+        except Exception:  # noqa: BLE001  学生的对象再怪也只是“看不出”（包括空的闭包变量）
+            found = None
+        if found:
+            return found
+    return None
+
+
+def borrowed_message(what: str, name: str) -> str:
+    return (f"{what} 调用了现成的实现（{name}）：这道题要自己写出打分、缩放、掩码、softmax 和加权求和"
+            "（用 NumPy；用 torch 的张量运算自己写每一步也可以）")
+
+
 def call(fn, *args, what: str | None = None, **kwargs):
     """在测试单元格里调用你的函数：不显示它的 print、警告和日志；它出错时用中文说明是哪一次调用出的错。
 

@@ -496,6 +496,16 @@ def self_attention(Q, K, V, mask=None):
     weights = torch.softmax(scores, dim=-1)
     return (weights @ V).numpy(), weights.numpy()
 """
+ATTENTION_FROM_LIB = """\
+import torch
+from lib.transformer import scaled_dot_product_attention
+
+
+def self_attention(Q, K, V, mask=None):
+    m = None if mask is None else torch.as_tensor(mask)
+    out, w = scaled_dot_product_attention(torch.as_tensor(Q), torch.as_tensor(K), torch.as_tensor(V), m)
+    return out.numpy(), w.numpy()
+"""
 ATTENTION_BOOL_INDEX = """\
 def self_attention(Q, K, V, mask=None):
     scores = Q @ np.swapaxes(K, -1, -2) / np.sqrt(Q.shape[-1])
@@ -765,6 +775,8 @@ SUBMISSIONS = {  # 学号 → (notebook, {答案单元格的 grade_id: 内容})
     "f01_scale_nk": (NB1, {"ex1_self_attention_answer": attention_src(
         "Q @ np.swapaxes(K, -1, -2) / np.sqrt(K.shape[-2])   # 除以了 √n_k", MASKED)}),
     "f01_namedtuple": (NB1, {"ex1_self_attention_answer": ATTENTION_NAMEDTUPLE}),
+    # helper-21（攻击者试评）：把 self_attention 交给 lib 的现成实现，曾拿到 8 分
+    "f01_from_lib": (NB1, {"ex1_self_attention_answer": ATTENTION_FROM_LIB}),
 }
 
 # ============================================================================ 规格：期望的分数
@@ -902,6 +914,7 @@ f01_plot         ex1_self_attention      8      答案下面自己画了注意�
 f01_scale_dv     ex1_self_attention      0      除以 √d_v：每一部分都有 d_v ≠ d_k 的输入（二维 + 掩码那组 d_v = 1，等于没缩放）
 f01_scale_nk     ex1_self_attention      2      除以 √n_k：只有二维 + 掩码那组碰巧 n_k = d_k
 f01_namedtuple   ex1_self_attention      8      返回 AttnOut(输出, 权重)：namedtuple 是 tuple 的子类
+f01_from_lib     ex1_self_attention      0      调用 lib.transformer 的 scaled_dot_product_attention：题目要自己写出每一步
 f01_hand_rounded ex1_scores              2      讲义的 0.707 写成一位小数 0.7：在 ±0.01 之内
 f01_hand_rounded ex1_weights             2      0.8 / 0.2
 f01_hand_rounded ex1_outputs             2      0.8 / 0.2，列表
@@ -976,6 +989,8 @@ HINTS = [
     ("f05_mistakes", "ex11_counts", "提示只送进模型一次", "每一步都把提示的 n 个位置重新送进了模型"),
     ("f05_mistakes", "ex11_cached_generation", "kv_cache", "kv_cache"),
     ("f01_bool_index", "ex1_self_attention", "因果掩码 (3, 3)", "不能用布尔索引 scores[~mask]"),
+    ("f01_from_lib", "ex1_self_attention", "调用了现成的实现（scaled_dot_product_attention）",
+     "调用了现成的实现（scaled_dot_product_attention）"),
     ("f02_torch", "ex3_equivariance", None, "置换的方向反了"),
     ("f04_lecture", "ex6_param_count", "124,439,808", "讲义 §15 的答案用 12d² + 13d 估算"),
     ("f04_percent", "ex7_share", "d = 768、n = 128 时占比应约为 2.7%", "占比是 0 到 1 之间的小数"),

@@ -189,6 +189,50 @@ def test_a_namedtuple_from_self_attention_gets_full_marks_everywhere(capsys):
     assert fmt.read_pair(fmt.describe(ns["self_attention"](np.eye(2), np.eye(2), np.eye(2))), "x")
 
 
+_TO_T = "T = lambda a: None if a is None else torch.as_tensor(a)\n"
+READY_MADE_ANSWERS = {  # 把 self_attention 交给现成的实现（helper-21）：每一种写法都被认出来
+    "module alias": "import lib.transformer as tf\n" + _TO_T + (
+        "def self_attention(Q, K, V, mask=None):\n"
+        "    o, w = tf.scaled_dot_product_attention(T(Q), T(K), T(V), T(mask))\n    return o.numpy(), w.numpy()\n"),
+    "torch functional": "import torch.nn.functional as F\n" + _TO_T + (
+        "def self_attention(Q, K, V, mask=None):\n"
+        "    w = torch.softmax(T(Q) @ T(K).transpose(-1, -2) / Q.shape[-1] ** 0.5, -1)\n"
+        "    return F.scaled_dot_product_attention(T(Q), T(K), T(V), T(mask)).numpy(), w.numpy()\n"),
+    "helper function": "from lib.transformer import scaled_dot_product_attention as sdpa\n" + _TO_T + (
+        "def _attend(Q, K, V, mask):\n    o, w = sdpa(T(Q), T(K), T(V), T(mask))\n    return o.numpy(), w.numpy()\n"
+        "def self_attention(Q, K, V, mask=None):\n    return _attend(Q, K, V, mask)\n"),
+    "import inside": _TO_T + (
+        "def self_attention(Q, K, V, mask=None):\n    from lib import transformer\n"
+        "    o, w = transformer.scaled_dot_product_attention(T(Q), T(K), T(V), T(mask))\n"
+        "    return o.numpy(), w.numpy()\n"),
+}
+
+
+@pytest.mark.parametrize("how", sorted(READY_MADE_ANSWERS))
+def test_calling_a_ready_made_attention_is_named_and_scores_zero(how):
+    """练习 1 要自己写出每一步：调用 lib 或 torch 现成的注意力，公开测试 ✗、评分 0 分，说的是同一句话。"""
+    ns = {"np": np, "torch": __import__("torch")}
+    exec(READY_MADE_ANSWERS[how], ns)  # noqa: S102
+    with pytest.raises(fmt.CheckFailed) as err:
+        public_test("ex1_self_attention", ns)
+    assert "调用了现成的实现" in str(err.value), err.value
+    fraction, message = ec.grade("ex1_self_attention", ns)
+    assert fraction == 0.0 and "调用了现成的实现" in message, message
+
+
+def test_writing_each_step_with_torch_or_own_helpers_is_not_ready_made(capsys):
+    """用 torch 的张量运算自己写、把 softmax 写成自己的小函数：都不是“现成的实现”，满分。"""
+    ns = {"np": np, "torch": __import__("torch")}
+    exec("def softmax(s):\n    e = np.exp(s - s.max(-1, keepdims=True))\n    return e / e.sum(-1, keepdims=True)\n"  # noqa: S102
+         "def self_attention(Q, K, V, mask=None):\n"
+         "    s = torch.as_tensor(Q) @ torch.as_tensor(K).transpose(-1, -2) / Q.shape[-1] ** 0.5\n"
+         "    s = s.numpy() if mask is None else np.where(mask, s.numpy(), -np.inf)\n"
+         "    w = softmax(s)\n    return w @ V, w\n", ns)
+    public_test("ex1_self_attention", ns)
+    assert capsys.readouterr().out == PASSED + "\n"
+    assert ec.grade("ex1_self_attention", ns) == (1.0, "正确。")
+
+
 def _reference(notebook: str) -> dict:
     import test_exercises as te
 

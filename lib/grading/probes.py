@@ -20,7 +20,7 @@ import math
 
 import numpy as np
 
-from lib.answer_format import describe, has_own_code, silenced
+from lib.answer_format import borrowed, describe, has_own_code, silenced  # noqa: F401  borrowed：探针用
 
 __all__ = ["PROBES", "kernel_source", "quiet_call"]
 

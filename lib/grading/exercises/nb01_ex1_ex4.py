@@ -13,7 +13,7 @@ from typing import Callable  # noqa: F401
 
 import numpy as np
 
-from lib.answer_format import describe  # noqa: F401
+from lib.answer_format import borrowed, describe  # noqa: F401
 
 # ==== 评分进程才执行的导入（送进内核时跳过这一段：内核里同名的工具由 lib/grading/probes.py 提供）====
 from lib import answer_format as fmt  # noqa: F401
@@ -70,7 +70,7 @@ def probe_ex1_self_attention(namespace, seed):
     cases = inputs_self_attention(seed)
     args = [(c["Q"].copy(), c["K"].copy(), c["V"].copy(), None if c["mask"] is None else c["mask"].copy())
             for c in cases]
-    return {"cases": _call_cases(fn, args)}
+    return {"cases": _call_cases(fn, args), "borrowed": borrowed(fn)}  # 用到 torch 或 lib 的名字（只看代码）
 
 
 # ----------------------------------------------------------------------------
@@ -271,6 +271,9 @@ def verify_ex1_self_attention(data, seed):
     """四部分各 2 分：二维无掩码、二维 + 掩码、批维度无掩码、批维度 + 掩码。"""
     specs = inputs_self_attention(seed)
     cases = _cases(data, expected=len(specs))
+    name = data.get("borrowed")
+    if name is not None:  # 题目要求只用 NumPy：借用 torch 或 lib 的实现不得分（公开测试说的是同一句话）
+        raise Wrong(fmt.borrowed_message("self_attention", str(name)) + "。")
     failed_2d = any("error" in case for spec, case in zip(specs, cases) if not spec["part"].startswith("batch"))
 
     def check_part(part):
