@@ -438,10 +438,18 @@ def _from_lib(obj) -> bool:
     return isinstance(name, str) and name.split(".")[0] == BORROWED_PACKAGE
 
 
+def _ready_made(obj) -> bool:
+    """obj 是 lib 里的东西，或 torch 里现成的注意力（按名字认，不管从哪个子模块来）。"""
+    module = getattr(obj, "__module__", None)
+    return _from_lib(obj) or (isinstance(module, str) and module.split(".")[0] == "torch"
+                              and getattr(obj, "__name__", None) in READY_MADE)
+
+
 def borrowed(fn, _seen=None) -> str | None:
     """fn 调用了现成的注意力时，返回用到的名字；没有时 None。只看代码，不运行它：fn 的字节码（连同里面定义的
-    函数）里 import 的 lib 模块、READY_MADE 里的名字，以及全局名字、闭包变量指向的 lib 里的对象；
-    fn 用到的、同一个 notebook 里定义的函数也一样看。"""
+    函数）里 import 的 lib 模块、取属性时用到的 READY_MADE 里的名字（torch.nn.functional.scaled_dot_product_attention
+    之类），以及全局名字、闭包变量指向的现成实现；fn 用到的、同一个 notebook 里定义的函数也一样看
+    （学生自己写的函数叫 scaled_dot_product_attention 也没关系：看的是它的代码）。"""
     import dis
     import types
 
@@ -456,18 +464,17 @@ def borrowed(fn, _seen=None) -> str | None:
     while codes:
         code = codes.pop()
         codes += [c for c in code.co_consts if isinstance(c, types.CodeType)]
-        used = READY_MADE.intersection(code.co_names)
-        if used:
-            return sorted(used)[0]
         for ins in dis.get_instructions(code):
             if ins.opname == "IMPORT_NAME" and str(ins.argval).split(".")[0] == BORROWED_PACKAGE:
+                return str(ins.argval)
+            if ins.opname in ("LOAD_ATTR", "LOAD_METHOD", "IMPORT_FROM") and ins.argval in READY_MADE:
                 return str(ins.argval)
             if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME") and ins.argval in fn.__globals__:
                 objects.append((fn.__globals__[ins.argval], ins.argval))
     for obj, name in objects:
         try:
-            found = name if _from_lib(obj) else borrowed(obj, seen)
-        except Exception:  # noqa: BLE001  学生的对象再怪也只是“看不出”（包括空的闭包变量）
+            found = name if _ready_made(obj) else borrowed(obj, seen)
+        except Exception:  # noqa: BLE001  学生的对象再怪也只是“看不出”
             found = None
         if found:
             return found

@@ -201,6 +201,10 @@ READY_MADE_ANSWERS = {  # 把 self_attention 交给现成的实现（helper-21�
     "helper function": "from lib.transformer import scaled_dot_product_attention as sdpa\n" + _TO_T + (
         "def _attend(Q, K, V, mask):\n    o, w = sdpa(T(Q), T(K), T(V), T(mask))\n    return o.numpy(), w.numpy()\n"
         "def self_attention(Q, K, V, mask=None):\n    return _attend(Q, K, V, mask)\n"),
+    "torch alias": "import torch.nn.functional as F\nsdpa = F.scaled_dot_product_attention\n" + _TO_T + (
+        "def self_attention(Q, K, V, mask=None):\n"
+        "    w = torch.softmax(T(Q) @ T(K).transpose(-1, -2) / Q.shape[-1] ** 0.5, -1)\n"
+        "    return sdpa(T(Q), T(K), T(V), T(mask)).numpy(), w.numpy()\n"),
     "import inside": _TO_T + (
         "def self_attention(Q, K, V, mask=None):\n    from lib import transformer\n"
         "    o, w = transformer.scaled_dot_product_attention(T(Q), T(K), T(V), T(mask))\n"
@@ -221,13 +225,14 @@ def test_calling_a_ready_made_attention_is_named_and_scores_zero(how):
 
 
 def test_writing_each_step_with_torch_or_own_helpers_is_not_ready_made(capsys):
-    """用 torch 的张量运算自己写、把 softmax 写成自己的小函数：都不是“现成的实现”，满分。"""
+    """用 torch 的张量运算自己写、把 softmax 写成自己的小函数、自己的函数和 lib 的同名：都不是“现成的实现”，满分。"""
     ns = {"np": np, "torch": __import__("torch")}
     exec("def softmax(s):\n    e = np.exp(s - s.max(-1, keepdims=True))\n    return e / e.sum(-1, keepdims=True)\n"  # noqa: S102
-         "def self_attention(Q, K, V, mask=None):\n"
+         "def scaled_dot_product_attention(Q, K, V, mask):  # 自己写的，名字和 lib 的一样\n"
          "    s = torch.as_tensor(Q) @ torch.as_tensor(K).transpose(-1, -2) / Q.shape[-1] ** 0.5\n"
          "    s = s.numpy() if mask is None else np.where(mask, s.numpy(), -np.inf)\n"
-         "    w = softmax(s)\n    return w @ V, w\n", ns)
+         "    w = softmax(s)\n    return w @ V, w\n"
+         "def self_attention(Q, K, V, mask=None):\n    return scaled_dot_product_attention(Q, K, V, mask)\n", ns)
     public_test("ex1_self_attention", ns)
     assert capsys.readouterr().out == PASSED + "\n"
     assert ec.grade("ex1_self_attention", ns) == (1.0, "正确。")
