@@ -425,65 +425,121 @@ def unfinished_reason(fn) -> str:
         return "还没有作答（仍是 raise NotImplementedError()）"
 
 
-# 要自己写出每一步的函数（练习 1 的 self_attention）不能调用的现成实现：课程的 lib（任何东西），以及 torch 里
-# 现成的注意力。用 torch 的张量运算自己写每一步是可以的。公开测试和评分用同一个判断 ``borrowed``
+# 要自己写出每一步的函数（练习 1 的 self_attention）里不能出现的现成实现：课程的 lib（任何东西），以及 torch 里
+# 现成的注意力（名字里有 attention 的 torch 对象；READY_MADE 是按名字认的那些，包括 torch 的私有版本）。
+# 用 torch 的张量运算、torch.softmax 自己写每一步是可以的。公开测试和评分用同一个判断 ``borrowed``
 BORROWED_PACKAGE = "lib"
-READY_MADE = frozenset({"scaled_dot_product_attention", "multi_head_attention_forward", "MultiheadAttention"})
-
-
-def _from_lib(obj) -> bool:
-    import types
-
-    name = obj.__name__ if isinstance(obj, types.ModuleType) else getattr(obj, "__module__", None)
-    return isinstance(name, str) and name.split(".")[0] == BORROWED_PACKAGE
+READY_MADE = frozenset({
+    "scaled_dot_product_attention", "multi_head_attention_forward", "MultiheadAttention", "_native_multi_head_attention",
+    "_scaled_dot_product_attention_math", "_scaled_dot_product_attention_math_for_mps",
+    "_scaled_dot_product_flash_attention", "_scaled_dot_product_flash_attention_for_cpu",
+    "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention", "_triton_multi_head_attention",
+    "_triton_scaled_dot_attention"})
+_ATTR_OPS = ("LOAD_ATTR", "LOAD_METHOD", "IMPORT_FROM")
 
 
 def _ready_made(obj) -> bool:
-    """obj 是 lib 里的东西，或 torch 里现成的注意力（按名字认，不管从哪个子模块来）。"""
-    module = getattr(obj, "__module__", None)
-    return _from_lib(obj) or (isinstance(module, str) and module.split(".")[0] == "torch"
-                              and getattr(obj, "__name__", None) in READY_MADE)
+    """obj 是 lib 里的东西，或 torch 里现成的注意力。"""
+    import types
+
+    module = obj.__name__ if isinstance(obj, types.ModuleType) else getattr(obj, "__module__", None)
+    name = getattr(obj, "__name__", None)
+    if not isinstance(module, str):
+        return False
+    package = module.split(".")[0]
+    return package == BORROWED_PACKAGE or (package == "torch" and isinstance(name, str) and "attention" in name.lower())
 
 
-def borrowed(fn, _seen=None) -> str | None:
-    """fn 调用了现成的注意力时，返回用到的名字；没有时 None。只看代码，不运行它：fn 的字节码（连同里面定义的
-    函数）里 import 的 lib 模块、取属性时用到的 READY_MADE 里的名字（torch.nn.functional.scaled_dot_product_attention
-    之类），以及全局名字、闭包变量指向的现成实现；fn 用到的、同一个 notebook 里定义的函数也一样看
-    （学生自己写的函数叫 scaled_dot_product_attention 也没关系：看的是它的代码）。"""
+def _is_students(cls, home: dict) -> bool:
+    """cls 是在学生的 notebook（全局字典 home）里定义的类吗？"""
+    return isinstance(cls, type) and any(getattr(getattr(v, "__func__", v), "__globals__", None) is home
+                                         for v in vars(cls).values())
+
+
+def _parts(obj, home: dict) -> list:
+    """obj 里还要看的东西：默认参数、闭包变量、方法、实例的属性……（只展开学生自己的类和实例）。"""
+    import functools
+    import types
+
+    if isinstance(obj, types.FunctionType):
+        cells = []
+        for cell in obj.__closure__ or ():
+            with contextlib.suppress(ValueError):  # 还没赋值的闭包变量
+                cells.append(cell.cell_contents)
+        return [*(obj.__defaults__ or ()), *(obj.__kwdefaults__ or {}).values(), *cells]
+    if isinstance(obj, types.MethodType):
+        return [obj.__func__, obj.__self__]
+    if isinstance(obj, (staticmethod, classmethod)):
+        return [obj.__func__]
+    if isinstance(obj, property):
+        return [obj.fget, obj.fset]
+    if isinstance(obj, functools.partial):
+        return [obj.func, *obj.args, *obj.keywords.values()]
+    if isinstance(obj, type):
+        return list(vars(obj).values()) if _is_students(obj, home) else []
+    return [type(obj), *vars(obj).values()] if _is_students(type(obj), home) else []
+
+
+def _read_code(fn, home: dict, todo: list, names: list) -> str | None:
+    """学生的函数 fn 的字节码（连同里面定义的函数）：import 了 lib、从模块上取到现成的注意力 → 名字；
+    全局名字指向的对象放进 todo，取属性时用到的 READY_MADE 里的名字放进 names（最后再看是不是学生自己的）。"""
     import dis
     import types
 
-    seen = set() if _seen is None else _seen
-    if not isinstance(fn, types.FunctionType) or id(fn) in seen:
-        return None
-    seen.add(id(fn))
-    codes, objects = [fn.__code__], []
-    for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
-        with contextlib.suppress(ValueError):  # 还没赋值的闭包变量
-            objects.append((cell.cell_contents, name))
+    codes = [fn.__code__]
     while codes:
         code = codes.pop()
         codes += [c for c in code.co_consts if isinstance(c, types.CodeType)]
+        module = None  # 刚读到的模块：F.scaled_dot_product_attention、torch.nn.functional.… 顺着属性找下去
         for ins in dis.get_instructions(code):
             if ins.opname == "IMPORT_NAME" and str(ins.argval).split(".")[0] == BORROWED_PACKAGE:
                 return str(ins.argval)
-            if ins.opname in ("LOAD_ATTR", "LOAD_METHOD", "IMPORT_FROM") and ins.argval in READY_MADE:
+            if ins.opname in _ATTR_OPS and ins.argval in READY_MADE:
+                names.append(str(ins.argval))
+            found = getattr(module, str(ins.argval), None) if ins.opname in _ATTR_OPS else None
+            if found is not None and _ready_made(found):
                 return str(ins.argval)
-            if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME") and ins.argval in fn.__globals__:
-                objects.append((fn.__globals__[ins.argval], ins.argval))
-    for obj, name in objects:
-        try:
-            found = name if _ready_made(obj) else borrowed(obj, seen)
-        except Exception:  # noqa: BLE001  学生的对象再怪也只是“看不出”
-            found = None
-        if found:
-            return found
+            if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME") and ins.argval in home:
+                todo.append(home[ins.argval])
+                found = home[ins.argval]
+            module = found if isinstance(found, types.ModuleType) else None
     return None
 
 
+def borrowed(fn, home: dict | None = None) -> str | None:
+    """fn 的代码里用到了现成的注意力时，返回它的名字；没有时 None。只看代码，不运行它。
+
+    从 fn 出发，看学生在 notebook（全局字典 home，默认是 fn 的）里写的每一个函数、类和实例：它们用到的全局名字、
+    默认参数、闭包变量、方法指向 lib 或 torch 现成的注意力，import 了 lib，或者取了 READY_MADE 里名字的属性
+    （学生自己的函数、方法叫这个名字的除外）。"""
+    import types
+
+    home = getattr(fn, "__globals__", {}) if home is None else home
+    todo, seen, own, names = [fn], set(), set(), []
+    while todo:
+        obj = todo.pop()
+        if id(obj) in seen or isinstance(obj, types.ModuleType) and not _ready_made(obj):
+            continue
+        seen.add(id(obj))
+        try:
+            if _ready_made(obj):
+                return getattr(obj, "__name__", type(obj).__name__)
+            if isinstance(obj, types.FunctionType) and obj.__globals__ is home:
+                own.add(obj.__name__)
+                found = _read_code(obj, home, todo, names)
+                if found:
+                    return found
+            if _is_students(obj, home):
+                own.update(vars(obj))
+            todo += _parts(obj, home)
+        except Exception:  # noqa: BLE001  学生的对象再怪也只是“看不出”
+            continue
+    return next((name for name in names if name not in own), None)
+
+
 def borrowed_message(what: str, name: str) -> str:
-    return (f"{what} 调用了现成的实现（{name}）：这道题要自己写出打分、缩放、掩码、softmax 和加权求和"
-            "（用 NumPy；用 torch 的张量运算自己写每一步也可以）")
+    return (f"{what} 的代码里用到了现成的实现（{name}）：这道题要自己写出打分、缩放、掩码、softmax 和加权求和这几步"
+            "（NumPy 或 torch 的基本运算都行，softmax 也可以用库函数），代码里不要出现 lib 的任何东西或 torch 现成的注意力")
 
 
 def call(fn, *args, what: str | None = None, **kwargs):

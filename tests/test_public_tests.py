@@ -190,7 +190,12 @@ def test_a_namedtuple_from_self_attention_gets_full_marks_everywhere(capsys):
 
 
 _TO_T = "T = lambda a: None if a is None else torch.as_tensor(a)\n"
-READY_MADE_ANSWERS = {  # 把 self_attention 交给现成的实现（helper-21）：每一种写法都被认出来
+_NUMPY_STEPS = ("    s = Q @ np.swapaxes(K, -1, -2) / np.sqrt(Q.shape[-1])\n"
+                "    s = s if mask is None else np.where(mask, s, -np.inf)\n"
+                "    w = np.exp(s - s.max(-1, keepdims=True))\n    w = w / w.sum(-1, keepdims=True)\n    return w @ V, w\n")
+_LIB = "from lib.transformer import scaled_dot_product_attention as sdpa\n" + _TO_T
+_CALL_LIB = "o, w = sdpa(T(Q), T(K), T(V), T(mask))\n        return o.numpy(), w.numpy()\n"
+READY_MADE_ANSWERS = {  # 把 self_attention 交给现成的实现（helper-21、helper-34 试过的写法）：每一种都被认出来
     "module alias": "import lib.transformer as tf\n" + _TO_T + (
         "def self_attention(Q, K, V, mask=None):\n"
         "    o, w = tf.scaled_dot_product_attention(T(Q), T(K), T(V), T(mask))\n    return o.numpy(), w.numpy()\n"),
@@ -198,41 +203,73 @@ READY_MADE_ANSWERS = {  # 把 self_attention 交给现成的实现（helper-21�
         "def self_attention(Q, K, V, mask=None):\n"
         "    w = torch.softmax(T(Q) @ T(K).transpose(-1, -2) / Q.shape[-1] ** 0.5, -1)\n"
         "    return F.scaled_dot_product_attention(T(Q), T(K), T(V), T(mask)).numpy(), w.numpy()\n"),
-    "helper function": "from lib.transformer import scaled_dot_product_attention as sdpa\n" + _TO_T + (
-        "def _attend(Q, K, V, mask):\n    o, w = sdpa(T(Q), T(K), T(V), T(mask))\n    return o.numpy(), w.numpy()\n"
-        "def self_attention(Q, K, V, mask=None):\n    return _attend(Q, K, V, mask)\n"),
     "torch alias": "import torch.nn.functional as F\nsdpa = F.scaled_dot_product_attention\n" + _TO_T + (
         "def self_attention(Q, K, V, mask=None):\n"
         "    w = torch.softmax(T(Q) @ T(K).transpose(-1, -2) / Q.shape[-1] ** 0.5, -1)\n"
         "    return sdpa(T(Q), T(K), T(V), T(mask)).numpy(), w.numpy()\n"),
+    "torch private": _TO_T + (
+        "def self_attention(Q, K, V, mask=None):\n"
+        "    m = None if mask is None else T(mask)\n"
+        "    o, w = torch._scaled_dot_product_attention_math(T(Q), T(K), T(V), attn_mask=m)\n"
+        "    return o.numpy(), w.numpy()\n"),
+    "helper function": _LIB + (
+        "def _attend(Q, K, V, mask):\n    if True:\n        " + _CALL_LIB +
+        "def self_attention(Q, K, V, mask=None):\n    return _attend(Q, K, V, mask)\n"),
     "import inside": _TO_T + (
         "def self_attention(Q, K, V, mask=None):\n    from lib import transformer\n"
         "    o, w = transformer.scaled_dot_product_attention(T(Q), T(K), T(V), T(mask))\n"
         "    return o.numpy(), w.numpy()\n"),
+    "callable object": _LIB + (
+        "class Attention:\n    def __call__(self, Q, K, V, mask=None):\n        " + _CALL_LIB +
+        "self_attention = Attention()\n"),
+    "static helper": _LIB + (
+        "class Helper:\n    @staticmethod\n    def attend(Q, K, V, mask):\n        " + _CALL_LIB +
+        "def self_attention(Q, K, V, mask=None):\n    return Helper.attend(Q, K, V, mask)\n"),
+    "default argument": _LIB + (
+        "def self_attention(Q, K, V, mask=None, _impl=sdpa):\n"
+        "    o, w = _impl(T(Q), T(K), T(V), T(mask))\n    return o.numpy(), w.numpy()\n"),
+    "switched-off check": "import torch.nn.functional as F\nCHECK = False\n" + _TO_T + (
+        "def self_attention(Q, K, V, mask=None):\n"
+        "    if CHECK:\n        print(F.scaled_dot_product_attention(T(Q), T(K), T(V)))\n" + _NUMPY_STEPS),
+}
+OWN_ANSWERS = {  # 自己写的：名字和库函数一样、写成类或可调用对象、用 torch 的张量运算和 torch.softmax
+    "own function with lib's name": (
+        "def scaled_dot_product_attention(Q, K, V, mask):\n" + _NUMPY_STEPS +
+        "def self_attention(Q, K, V, mask=None):\n    return scaled_dot_product_attention(Q, K, V, mask)\n"),
+    "own static method with lib's name": (
+        "class Attn:\n    @staticmethod\n    def scaled_dot_product_attention(Q, K, V, mask):\n"
+        + _NUMPY_STEPS.replace("\n    ", "\n        ").replace("    s = Q", "        s = Q", 1) +
+        "def self_attention(Q, K, V, mask=None):\n    return Attn.scaled_dot_product_attention(Q, K, V, mask)\n"),
+    "callable object": (
+        "class MultiheadAttention:  # 自己的类，名字和 torch 的一样\n"
+        "    def __call__(self, Q, K, V, mask=None):\n"
+        + _NUMPY_STEPS.replace("\n    ", "\n        ").replace("    s = Q", "        s = Q", 1) +
+        "self_attention = MultiheadAttention()\n"),
+    "torch steps": _TO_T + (
+        "def self_attention(Q, K, V, mask=None):\n"
+        "    s = T(Q) @ T(K).transpose(-1, -2) / Q.shape[-1] ** 0.5\n"
+        "    s = s if mask is None else s.masked_fill(~T(mask), float('-inf'))\n"
+        "    w = torch.softmax(s, dim=-1)\n    return (w @ T(V)).numpy(), w.numpy()\n"),
 }
 
 
 @pytest.mark.parametrize("how", sorted(READY_MADE_ANSWERS))
-def test_calling_a_ready_made_attention_is_named_and_scores_zero(how):
-    """练习 1 要自己写出每一步：调用 lib 或 torch 现成的注意力，公开测试 ✗、评分 0 分，说的是同一句话。"""
+def test_using_a_ready_made_attention_is_named_and_scores_zero(how):
+    """练习 1 要自己写出每一步：代码里用到 lib 或 torch 现成的注意力，公开测试 ✗、评分 0 分，说的是同一句话。"""
     ns = {"np": np, "torch": __import__("torch")}
     exec(READY_MADE_ANSWERS[how], ns)  # noqa: S102
     with pytest.raises(fmt.CheckFailed) as err:
         public_test("ex1_self_attention", ns)
-    assert "调用了现成的实现" in str(err.value), err.value
+    assert "用到了现成的实现" in str(err.value), err.value
     fraction, message = ec.grade("ex1_self_attention", ns)
-    assert fraction == 0.0 and "调用了现成的实现" in message, message
+    assert fraction == 0.0 and "用到了现成的实现" in message, message
 
 
-def test_writing_each_step_with_torch_or_own_helpers_is_not_ready_made(capsys):
-    """用 torch 的张量运算自己写、把 softmax 写成自己的小函数、自己的函数和 lib 的同名：都不是“现成的实现”，满分。"""
+@pytest.mark.parametrize("how", sorted(OWN_ANSWERS))
+def test_own_code_with_library_names_or_torch_steps_gets_full_marks(how, capsys):
+    """自己写的每一步，哪怕函数、方法、类和库里的同名，或者用 torch 的张量运算：不是“现成的实现”，满分。"""
     ns = {"np": np, "torch": __import__("torch")}
-    exec("def softmax(s):\n    e = np.exp(s - s.max(-1, keepdims=True))\n    return e / e.sum(-1, keepdims=True)\n"  # noqa: S102
-         "def scaled_dot_product_attention(Q, K, V, mask):  # 自己写的，名字和 lib 的一样\n"
-         "    s = torch.as_tensor(Q) @ torch.as_tensor(K).transpose(-1, -2) / Q.shape[-1] ** 0.5\n"
-         "    s = s.numpy() if mask is None else np.where(mask, s.numpy(), -np.inf)\n"
-         "    w = softmax(s)\n    return w @ V, w\n"
-         "def self_attention(Q, K, V, mask=None):\n    return scaled_dot_product_attention(Q, K, V, mask)\n", ns)
+    exec(OWN_ANSWERS[how], ns)  # noqa: S102
     public_test("ex1_self_attention", ns)
     assert capsys.readouterr().out == PASSED + "\n"
     assert ec.grade("ex1_self_attention", ns) == (1.0, "正确。")

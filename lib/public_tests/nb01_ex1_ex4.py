@@ -206,7 +206,7 @@ def _reference(Q_, K_, V_, mask=None):
 
 def test_self_attention(namespace):
     fn = need(namespace, "self_attention")
-    name = fmt.borrowed(fn)
+    name = fmt.borrowed(fn, namespace)
     if name is not None:
         raise CheckFailed(fmt.borrowed_message("self_attention", name))
     out, w = out_and_weights(call(fn, Q.copy(), K.copy(), V.copy(), what="self_attention(Q, K, V)"),

@@ -70,7 +70,7 @@ def probe_ex1_self_attention(namespace, seed):
     cases = inputs_self_attention(seed)
     args = [(c["Q"].copy(), c["K"].copy(), c["V"].copy(), None if c["mask"] is None else c["mask"].copy())
             for c in cases]
-    return {"cases": _call_cases(fn, args), "borrowed": borrowed(fn)}  # 用到 torch 或 lib 的名字（只看代码）
+    return {"cases": _call_cases(fn, args), "borrowed": borrowed(fn, namespace)}  # 现成的注意力的名字（只看代码）
 
 
 # ----------------------------------------------------------------------------
