@@ -396,6 +396,10 @@ def check_formats(notebook: str, namespace: dict, reported: set[str] = frozenset
             continue
         value = namespace[name]
         what = name
+        found = fmt.borrowed(value, namespace) if rule == "attention" else None
+        if found:  # 练习 1：用了现成的注意力，评分时这一题 0 分（和公开测试同一句话）
+            problems.append(f"作答：{fmt.borrowed_message(name, found)}")
+            continue
         if example is not None:
             args = example()
             what = f"{name}({', '.join(_short(a) for a in args)})"

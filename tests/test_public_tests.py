@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from lib import answer_format as fmt
+from lib import selfcheck
 from lib.grading import exercise_checks as ec
 from lib.public_tests import PASSED, TESTS, public_test
 from lib.public_tests import nb01_ex1_ex4 as nb01  # notebook 01 = 练习 1、4（grade_id ex1_*、ex4_*）
@@ -303,6 +304,8 @@ def test_using_a_ready_made_attention_is_named_and_scores_zero(how):
     assert "现成的注意力（" in str(err.value), err.value
     fraction, message = ec.grade("ex1_self_attention", ns)
     assert fraction == 0.0 and "现成的注意力（" in message, message
+    problems, _ = selfcheck.check_formats("01_attention_by_hand", ns)  # 提交前自检也说同一句话
+    assert any(str(err.value) in p for p in problems), problems
 
 
 @pytest.mark.parametrize("how", sorted(OWN_ANSWERS))
