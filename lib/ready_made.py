@@ -9,7 +9,9 @@
 - torch 里名字带 attention 的对象：``F.scaled_dot_product_attention``、``nn.MultiheadAttention``、
   ``torch._scaled_dot_product_attention_math``、``torch.ops.aten`` 里的……；不管是直接拿着它、从模块上按属性取到它
   （``F.x``、``torch.nn.functional.x``、函数里 import 之后再取），还是放在默认参数、容器、类和实例的属性里；
-- 字节码里一字不差地写着 ``READY_MADE`` 里的一个名字的字符串（``getattr(torch.ops.aten, "…")``）。
+- 按字符串找对象的代码（用了 ``getattr``、``importlib.import_module``、``__import__``、``sys.modules``……）里，
+  写着 lib 模块或 ``READY_MADE`` 里的名字的字符串，或者取这些名字的属性。不按字符串找对象的代码里，
+  ``print("MultiheadAttention")`` 这样的字符串只是文字，不算。
 
 判断的是对象，不是名字：学生自己的函数、方法、属性和库里的同名都没关系。``if False:`` 里的代码编译时就被删掉了，
 看不到也不算；别的关掉的调试代码（``if DEBUG:``）看得到，算。
@@ -32,17 +34,28 @@ READY_MADE = frozenset({  # 按字符串认的名字：torch 里现成的注意�
     "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention", "_triton_multi_head_attention",
     "_triton_scaled_dot_attention"})
 MAX_OBJECTS, MAX_ITEMS = 20_000, 1_000  # 走到这么多对象、容器里这么多项就停（学生的大数组不是容器）
+# 按字符串找对象的工具：一个代码对象里用到它们时，字符串常量和取属性的名字也要看（getattr(F, "…")、
+# importlib.import_module("lib.transformer")、sys.modules[…]、__import__("torch").nn.…）；不用它们的代码里，
+# print("MultiheadAttention") 这样的字符串只是文字
+LOOKUP_TOOLS = frozenset({"getattr", "__import__", "import_module", "attrgetter", "methodcaller", "modules", "eval",
+                          "exec", "__getattribute__", "__dict__", "vars", "globals"})
 _PASS_THROUGH = frozenset({"SWAP", "POP_TOP", "COPY", "CACHE", "PRECALL", "NOP", "EXTENDED_ARG", "PUSH_NULL", "RESUME"})
 
 
-def _ready_made(obj) -> bool:
-    """obj 是 lib 里的东西，或 torch 里名字带 attention 的对象。"""
+def _named_ready_made(obj) -> bool:
+    """obj 自己（函数、类、模块）是 lib 里的东西，或 torch 里名字带 attention 的对象。"""
     module = obj.__name__ if isinstance(obj, types.ModuleType) else getattr(obj, "__module__", None)
     if not isinstance(module, str):
         return False
     name = getattr(obj, "__name__", None)
     package = module.split(".")[0]
     return package == LIB or (package == "torch" and isinstance(name, str) and "attention" in name.lower())
+
+
+def _ready_made(obj) -> bool:
+    """obj 是现成的注意力：它自己，或者它的类、类的基类（nn.MultiheadAttention 的实例、子类）。"""
+    classes = obj.__mro__ if isinstance(obj, type) else type(obj).__mro__
+    return _named_ready_made(obj) or any(_named_ready_made(c) for c in classes)
 
 
 def _label(obj) -> str:
@@ -107,6 +120,12 @@ def _module(name: str, fromlist) -> object:
     return sys.modules.get(name if fromlist else name.split(".")[0])
 
 
+def _names_ready_made(text: str) -> bool:
+    """字符串写的是 lib 的模块，或者某一段是 READY_MADE 里的名字（"nn.functional.scaled_dot_product_attention"）。"""
+    parts = text.split(".")
+    return parts[0] == LIB or any(part in READY_MADE for part in parts)
+
+
 def _read_code(fn, home: dict, todo: list) -> str | None:
     """学生的函数 fn（连同里面定义的函数）的字节码：import 了 lib、从模块上取到现成的注意力、写着 READY_MADE 里的
     名字 → 那个名字；全局名字指向的对象放进 todo（由 borrowed 接着看）。"""
@@ -114,11 +133,14 @@ def _read_code(fn, home: dict, todo: list) -> str | None:
     while codes:
         code = codes.pop()
         codes += [c for c in code.co_consts if isinstance(c, types.CodeType)]
+        looks_up = bool(LOOKUP_TOOLS.intersection(code.co_names))
         current, base, local_modules, last_const = None, None, {}, None
         for ins in dis.get_instructions(code):
             op, arg = ins.opname, ins.argval
-            if op == "LOAD_CONST" and isinstance(arg, str) and arg in READY_MADE:
-                return arg
+            if looks_up and op == "LOAD_CONST" and isinstance(arg, str) and _names_ready_made(arg):
+                return f"字符串 '{arg}'"
+            if looks_up and op in ("LOAD_ATTR", "LOAD_METHOD") and arg in READY_MADE:
+                return str(arg)
             if op == "IMPORT_NAME":
                 if str(arg).split(".")[0] == LIB:
                     return str(arg)

@@ -259,6 +259,33 @@ READY_MADE_ANSWERS.update({  # helper-35 试过的接法：容器、属性、装
                  "    s = Q @ np.swapaxes(K, -1, -2) / np.sqrt(Q.shape[-1])\n"
                  "    w = softmax_rows(s if mask is None else np.where(mask, s, -np.inf))\n    return w @ V, w\n",
 })
+_MHA = ("def _mha(m, Q, K, V):\n"
+        "    q, k, v = (T(x).float().unsqueeze(0) for x in (Q, K, V))\n"
+        "    o, w = m(q, k, v)\n    return o[0].detach().numpy(), w[0].detach().numpy()\n")
+READY_MADE_ANSWERS.update({  # helper-36 试过的接法：nn.MultiheadAttention 的实例、子类、子模块；按字符串找对象
+    "MultiheadAttention instance": _TO_T + "mha = torch.nn.MultiheadAttention(4, 1)\n" + _MHA +
+                 "def self_attention(Q, K, V, mask=None):\n    return _mha(mha, Q, K, V)\n",
+    "MultiheadAttention subclass": _TO_T + "class Mine(torch.nn.MultiheadAttention):\n    pass\n" + _MHA +
+                 "def self_attention(Q, K, V, mask=None):\n    return _mha(Mine(4, 1), Q, K, V)\n",
+    "module holding a MultiheadAttention": _TO_T + "class Wrap(torch.nn.Module):\n"
+                 "    def __init__(self, m):\n        super().__init__()\n        self.m = m\n"
+                 "wrap = Wrap(torch.nn.MultiheadAttention(4, 1))\n" + _MHA +
+                 "def self_attention(Q, K, V, mask=None):\n    return _mha(wrap.m, Q, K, V)\n",
+    "import_module with a string": _TO_T + "import importlib\ndef self_attention(Q, K, V, mask=None):\n"
+                 "    tf = importlib.import_module('lib.transformer')\n"
+                 "    o, w = tf.scaled_dot_product_attention(T(Q), T(K), T(V), T(mask))\n    return o.numpy(), w.numpy()\n",
+    "__import__": _TO_T + "def self_attention(Q, K, V, mask=None):\n"
+                 "    F = __import__('torch').nn.functional\n"
+                 "    w = torch.softmax(T(Q) @ T(K).transpose(-1, -2) / Q.shape[-1] ** 0.5, -1)\n"
+                 "    return F.scaled_dot_product_attention(T(Q), T(K), T(V), T(mask)).numpy(), w.numpy()\n",
+    "sys.modules": _TO_T + "import sys\ndef self_attention(Q, K, V, mask=None):\n"
+                 "    tf = sys.modules['lib.transformer'] if 'lib.transformer' in sys.modules else None\n"
+                 "    o, w = tf.scaled_dot_product_attention(T(Q), T(K), T(V), T(mask))\n    return o.numpy(), w.numpy()\n",
+    "attrgetter": _TO_T + "import operator\ndef self_attention(Q, K, V, mask=None):\n"
+                 "    f = operator.attrgetter('nn.functional.scaled_dot_product_attention')(torch)\n"
+                 "    w = torch.softmax(T(Q) @ T(K).transpose(-1, -2) / Q.shape[-1] ** 0.5, -1)\n"
+                 "    return f(T(Q), T(K), T(V), T(mask)).numpy(), w.numpy()\n",
+})
 OWN_ANSWERS = {  # 自己写的：名字和库函数一样、写成类或可调用对象、用 torch 的张量运算和 torch.softmax
     "own function with lib's name": (
         "def scaled_dot_product_attention(Q, K, V, mask):\n" + _NUMPY_STEPS +
@@ -286,6 +313,9 @@ OWN_ANSWERS = {  # 自己写的：名字和库函数一样、写成类或可调�
         "class Attn:\n    def __init__(self):\n        self.scaled_dot_product_attention = _own\n"
         "    def __call__(self, Q, K, V, mask=None):\n        return self.scaled_dot_product_attention(Q, K, V, mask)\n"
         "self_attention = Attn()\n"),
+    "library names as text": _OWN + (
+        "def self_attention(Q, K, V, mask=None):\n    label = 'scaled_dot_product_attention'  # 和 torch 的对照用\n"
+        "    print('MultiheadAttention', label, end='')\n    return _own(Q, K, V, mask)\n"),
     "torch steps": _TO_T + (
         "def self_attention(Q, K, V, mask=None):\n"
         "    s = T(Q) @ T(K).transpose(-1, -2) / Q.shape[-1] ** 0.5\n"
