@@ -34,11 +34,11 @@ READY_MADE = frozenset({  # 按字符串认的名字：torch 里现成的注意�
     "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention", "_triton_multi_head_attention",
     "_triton_scaled_dot_attention"})
 MAX_OBJECTS, MAX_ITEMS = 20_000, 1_000  # 走到这么多对象、容器里这么多项就停（学生的大数组不是容器）
-# 按字符串找对象的工具：一个代码对象里用到它们时，字符串常量和取属性的名字也要看（getattr(F, "…")、
-# importlib.import_module("lib.transformer")、sys.modules[…]、__import__("torch").nn.…）；不用它们的代码里，
-# print("MultiheadAttention") 这样的字符串只是文字
-LOOKUP_TOOLS = frozenset({"getattr", "__import__", "import_module", "attrgetter", "methodcaller", "modules", "eval",
-                          "exec", "__getattribute__", "__dict__", "vars", "globals"})
+# 按名字找对象的工具（内置函数和标准库里的对象本身，不是名字：model.eval()、self.modules() 不算）。一个代码对象里
+# 用到它们时，字符串常量和取属性的名字也要看（getattr(F, "…")、importlib.import_module("lib.transformer")、
+# sys.modules[…]、__import__("torch").nn.…）；不用它们的代码里，print("MultiheadAttention") 这样的字符串只是文字
+LOOKUP_BUILTINS = ("getattr", "__import__", "eval", "exec", "vars", "globals")
+LOOKUP_ATTRIBUTES = {"importlib": ("import_module",), "operator": ("attrgetter", "methodcaller"), "sys": ("modules",)}
 _PASS_THROUGH = frozenset({"SWAP", "POP_TOP", "COPY", "CACHE", "PRECALL", "NOP", "EXTENDED_ARG", "PUSH_NULL", "RESUME"})
 
 
@@ -120,10 +120,46 @@ def _module(name: str, fromlist) -> object:
     return sys.modules.get(name if fromlist else name.split(".")[0])
 
 
-def _names_ready_made(text: str) -> bool:
-    """字符串写的是 lib 的模块，或者某一段是 READY_MADE 里的名字（"nn.functional.scaled_dot_product_attention"）。"""
+def _lookup_tools() -> dict:
+    """id(工具) → 名字。"""
+    import operator
+
+    tools = {name: getattr(builtins, name) for name in LOOKUP_BUILTINS}
+    tools.update(import_module=importlib.import_module, attrgetter=operator.attrgetter,
+                 methodcaller=operator.methodcaller, modules=sys.modules)
+    return {id(tool): name for name, tool in tools.items()}
+
+
+def _lookup_tools_used(code, home: dict) -> set:
+    """这个代码对象用到的按名字找对象的工具：getattr、__import__、eval 这些内置函数（没有被学生的同名变量盖住），
+    importlib.import_module、operator.attrgetter / methodcaller、sys.modules（直接拿着，或者从模块上取）。"""
+    tools, used, previous = _lookup_tools(), set(), None
+    for ins in dis.get_instructions(code):
+        op, arg = ins.opname, ins.argval
+        if op in ("LOAD_GLOBAL", "LOAD_NAME"):
+            obj = home[arg] if arg in home else getattr(builtins, str(arg), None)
+            if id(obj) in tools:
+                used.add(tools[id(obj)])
+            previous = obj.__name__.split(".")[0] if isinstance(obj, types.ModuleType) else None
+        elif op in ("LOAD_FAST", "LOAD_DEREF", "IMPORT_NAME"):
+            previous = str(arg).split(".")[0]
+        elif op in ("LOAD_ATTR", "LOAD_METHOD", "IMPORT_FROM") and arg in LOOKUP_ATTRIBUTES.get(previous, ()):
+            used.add(str(arg))
+            previous = None
+        elif op not in _PASS_THROUGH:
+            previous = None
+    return used
+
+
+def _names_ready_made(text: str, dotted: bool) -> bool:
+    """按名字找的字符串是不是现成的注意力：torch 的私有版本（"_scaled_dot_product_attention_math"）；
+    用的是认点号路径的工具（import_module、__import__、attrgetter、sys.modules、eval）时，还有 lib 的模块和
+    某一段是 READY_MADE 里的名字的路径（"nn.functional.scaled_dot_product_attention"）。
+    只用 getattr、vars、globals 的代码里，"scaled_dot_product_attention" 这样的字符串要从模块上取到它才算（见 _read_code）。"""
     parts = text.split(".")
-    return parts[0] == LIB or any(part in READY_MADE for part in parts)
+    if text.startswith("_") and text in READY_MADE:
+        return True
+    return dotted and (parts[0] == LIB or (len(parts) > 1 and any(part in READY_MADE for part in parts)))
 
 
 def _read_code(fn, home: dict, todo: list) -> str | None:
@@ -133,14 +169,17 @@ def _read_code(fn, home: dict, todo: list) -> str | None:
     while codes:
         code = codes.pop()
         codes += [c for c in code.co_consts if isinstance(c, types.CodeType)]
-        looks_up = bool(LOOKUP_TOOLS.intersection(code.co_names))
+        tools = _lookup_tools_used(code, home)
+        dotted = bool(tools - {"getattr", "vars", "globals"})
         current, base, local_modules, last_const = None, None, {}, None
         for ins in dis.get_instructions(code):
             op, arg = ins.opname, ins.argval
-            if looks_up and op == "LOAD_CONST" and isinstance(arg, str) and _names_ready_made(arg):
-                return f"字符串 '{arg}'"
-            if looks_up and op in ("LOAD_ATTR", "LOAD_METHOD") and arg in READY_MADE:
-                return str(arg)
+            if tools and op == "LOAD_CONST" and isinstance(arg, str) and (
+                    _names_ready_made(arg, dotted) or ("getattr" in tools and isinstance(current, types.ModuleType)
+                                                       and _ready_made(getattr(current, arg, None)))):
+                return f"按名字找的 '{arg}'"  # getattr(F, "…")、import_module("lib.…")、sys.modules["lib.…"]
+            if tools and op in ("LOAD_ATTR", "LOAD_METHOD") and arg in READY_MADE and current is None:
+                return str(arg)  # __import__("torch").nn.functional.…：取属性的对象来历不明，按名字认
             if op == "IMPORT_NAME":
                 if str(arg).split(".")[0] == LIB:
                     return str(arg)

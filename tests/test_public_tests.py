@@ -316,6 +316,29 @@ OWN_ANSWERS = {  # 自己写的：名字和库函数一样、写成类或可调�
     "library names as text": _OWN + (
         "def self_attention(Q, K, V, mask=None):\n    label = 'scaled_dot_product_attention'  # 和 torch 的对照用\n"
         "    print('MultiheadAttention', label, end='')\n    return _own(Q, K, V, mask)\n"),
+    "own method named like torch's, model.eval()": _TO_T + (
+        "class Head(torch.nn.Module):\n"
+        "    def scaled_dot_product_attention(self, q, k, v, m):\n"
+        "        s = q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5\n"
+        "        s = s if m is None else s.masked_fill(~m, float('-inf'))\n"
+        "        w = torch.softmax(s, -1)\n        return w @ v, w\n"
+        "    def forward(self, Q, K, V, mask=None):\n"
+        "        return self.scaled_dot_product_attention(T(Q), T(K), T(V), T(mask))\n"
+        "HEAD = Head()\nCONFIG = {'scaled_dot_product_attention': 'mine', 'lib.transformer': 'not used'}\n"
+        "def self_attention(Q, K, V, mask=None):\n    HEAD.eval()\n    assert CONFIG['lib.transformer']\n"
+        "    print(list(HEAD.modules()), 'MultiheadAttention')\n"
+        "    o, w = HEAD(Q, K, V, mask)\n    return o.numpy(), w.numpy()\n"),
+    "getattr, vars, globals on own things": _OWN + (  # helper-38 的 h16、h36、h41
+        "class Settings:\n    debug = False\nCFG = Settings()\nCFG.scaled_dot_product_attention = 'mine'\n"
+        "def self_attention(Q, K, V, mask=None):\n"
+        "    if getattr(Settings, 'debug') or globals().get('VERBOSE'):\n"
+        "        print(vars(CFG)['scaled_dot_product_attention'], 'torch.nn.functional.scaled_dot_product_attention')\n"
+        "    return _own(Q, K, V, mask)\n"),
+    "sys.modules and an own engine": "import sys\n" + _OWN + (  # helper-38 的 h42
+        "class Engine:\n    scaled_dot_product_attention = staticmethod(_own)\nENGINE = Engine()\n"
+        "def self_attention(Q, K, V, mask=None):\n"
+        "    if sys.modules.get('torch') is None:\n        return _own(Q, K, V, mask)\n"
+        "    return ENGINE.scaled_dot_product_attention(Q, K, V, mask)\n"),
     "torch steps": _TO_T + (
         "def self_attention(Q, K, V, mask=None):\n"
         "    s = T(Q) @ T(K).transpose(-1, -2) / Q.shape[-1] ** 0.5\n"
