@@ -9,11 +9,11 @@
 - torch 里名字带 attention 的对象：``F.scaled_dot_product_attention``、``nn.MultiheadAttention``、
   ``torch._scaled_dot_product_attention_math``、``torch.ops.aten`` 里的……；不管是直接拿着它、从模块上按属性取到它
   （``F.x``、``torch.nn.functional.x``、函数里 import 之后再取），还是放在默认参数、容器、类和实例的属性里；
-- 按字符串找对象的代码（用了 ``getattr``、``importlib.import_module``、``__import__``、``sys.modules``……）里，
-  写着 lib 模块或 ``READY_MADE`` 里的名字的字符串，或者取这些名字的属性。不按字符串找对象的代码里，
-  ``print("MultiheadAttention")`` 这样的字符串只是文字，不算。
+- ``getattr(模块, "名字")`` 取到的现成的注意力，以及 ``getattr`` 里写着的 torch 私有算子的名字。
 
-判断的是对象，不是名字：学生自己的函数、方法、属性和库里的同名都没关系。``if False:`` 里的代码编译时就被删掉了，
+判断的是对象，不是名字：学生自己的函数、方法、属性和库里的同名都没关系；print 和配置里写着的名字、字符串也不算。
+反过来，按运行时才拼出来的名字找对象（``importlib.import_module("lib.transformer")``、``sys.modules[…]``、``__import__``、
+``eval``）看不出来：那是有意绕过，不是写错，TA 指南里写了。``if False:`` 里的代码编译时就被删掉了，
 看不到也不算；别的关掉的调试代码（``if DEBUG:``）看得到，算。
 """
 from __future__ import annotations
@@ -34,11 +34,6 @@ READY_MADE = frozenset({  # 按字符串认的名字：torch 里现成的注意�
     "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention", "_triton_multi_head_attention",
     "_triton_scaled_dot_attention"})
 MAX_OBJECTS, MAX_ITEMS = 20_000, 1_000  # 走到这么多对象、容器里这么多项就停（学生的大数组不是容器）
-# 按名字找对象的工具（内置函数和标准库里的对象本身，不是名字：model.eval()、self.modules() 不算）。一个代码对象里
-# 用到它们时，字符串常量和取属性的名字也要看（getattr(F, "…")、importlib.import_module("lib.transformer")、
-# sys.modules[…]、__import__("torch").nn.…）；不用它们的代码里，print("MultiheadAttention") 这样的字符串只是文字
-LOOKUP_BUILTINS = ("getattr", "__import__", "eval", "exec", "vars", "globals")
-LOOKUP_ATTRIBUTES = {"importlib": ("import_module",), "operator": ("attrgetter", "methodcaller"), "sys": ("modules",)}
 _PASS_THROUGH = frozenset({"SWAP", "POP_TOP", "COPY", "CACHE", "PRECALL", "NOP", "EXTENDED_ARG", "PUSH_NULL", "RESUME"})
 
 
@@ -120,46 +115,15 @@ def _module(name: str, fromlist) -> object:
     return sys.modules.get(name if fromlist else name.split(".")[0])
 
 
-def _lookup_tools() -> dict:
-    """id(工具) → 名字。"""
-    import operator
-
-    tools = {name: getattr(builtins, name) for name in LOOKUP_BUILTINS}
-    tools.update(import_module=importlib.import_module, attrgetter=operator.attrgetter,
-                 methodcaller=operator.methodcaller, modules=sys.modules)
-    return {id(tool): name for name, tool in tools.items()}
+def _uses_getattr(code, home: dict) -> bool:
+    """这个代码对象用到了内置的 getattr 吗（没有被学生的同名变量盖住）？"""
+    return any(ins.opname in ("LOAD_GLOBAL", "LOAD_NAME") and ins.argval == "getattr"
+               and home.get("getattr", builtins.getattr) is builtins.getattr for ins in dis.get_instructions(code))
 
 
-def _lookup_tools_used(code, home: dict) -> set:
-    """这个代码对象用到的按名字找对象的工具：getattr、__import__、eval 这些内置函数（没有被学生的同名变量盖住），
-    importlib.import_module、operator.attrgetter / methodcaller、sys.modules（直接拿着，或者从模块上取）。"""
-    tools, used, previous = _lookup_tools(), set(), None
-    for ins in dis.get_instructions(code):
-        op, arg = ins.opname, ins.argval
-        if op in ("LOAD_GLOBAL", "LOAD_NAME"):
-            obj = home[arg] if arg in home else getattr(builtins, str(arg), None)
-            if id(obj) in tools:
-                used.add(tools[id(obj)])
-            previous = obj.__name__.split(".")[0] if isinstance(obj, types.ModuleType) else None
-        elif op in ("LOAD_FAST", "LOAD_DEREF", "IMPORT_NAME"):
-            previous = str(arg).split(".")[0]
-        elif op in ("LOAD_ATTR", "LOAD_METHOD", "IMPORT_FROM") and arg in LOOKUP_ATTRIBUTES.get(previous, ()):
-            used.add(str(arg))
-            previous = None
-        elif op not in _PASS_THROUGH:
-            previous = None
-    return used
-
-
-def _names_ready_made(text: str, dotted: bool) -> bool:
-    """按名字找的字符串是不是现成的注意力：torch 的私有版本（"_scaled_dot_product_attention_math"）；
-    用的是认点号路径的工具（import_module、__import__、attrgetter、sys.modules、eval）时，还有 lib 的模块和
-    某一段是 READY_MADE 里的名字的路径（"nn.functional.scaled_dot_product_attention"）。
-    只用 getattr、vars、globals 的代码里，"scaled_dot_product_attention" 这样的字符串要从模块上取到它才算（见 _read_code）。"""
-    parts = text.split(".")
-    if text.startswith("_") and text in READY_MADE:
-        return True
-    return dotted and (parts[0] == LIB or (len(parts) > 1 and any(part in READY_MADE for part in parts)))
+def _private_op(text: str) -> bool:
+    """torch 私有的注意力算子的名字（"_scaled_dot_product_attention_math" 之类）：学生的代码里不会为别的事写它。"""
+    return text.startswith("_") and text in READY_MADE
 
 
 def _read_code(fn, home: dict, todo: list) -> str | None:
@@ -169,17 +133,13 @@ def _read_code(fn, home: dict, todo: list) -> str | None:
     while codes:
         code = codes.pop()
         codes += [c for c in code.co_consts if isinstance(c, types.CodeType)]
-        tools = _lookup_tools_used(code, home)
-        dotted = bool(tools - {"getattr", "vars", "globals"})
+        getattr_used = _uses_getattr(code, home)
         current, base, local_modules, last_const = None, None, {}, None
         for ins in dis.get_instructions(code):
             op, arg = ins.opname, ins.argval
-            if tools and op == "LOAD_CONST" and isinstance(arg, str) and (
-                    _names_ready_made(arg, dotted) or ("getattr" in tools and isinstance(current, types.ModuleType)
-                                                       and _ready_made(getattr(current, arg, None)))):
-                return f"按名字找的 '{arg}'"  # getattr(F, "…")、import_module("lib.…")、sys.modules["lib.…"]
-            if tools and op in ("LOAD_ATTR", "LOAD_METHOD") and arg in READY_MADE and current is None:
-                return str(arg)  # __import__("torch").nn.functional.…：取属性的对象来历不明，按名字认
+            if getattr_used and op == "LOAD_CONST" and isinstance(arg, str) and (
+                    _private_op(arg) or (isinstance(current, types.ModuleType) and _ready_made(getattr(current, arg, None)))):
+                return f"getattr 取的 '{arg}'"  # getattr(F, "scaled_dot_product_attention")、getattr(torch.ops.aten, "_…")
             if op == "IMPORT_NAME":
                 if str(arg).split(".")[0] == LIB:
                     return str(arg)
