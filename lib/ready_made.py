@@ -27,7 +27,7 @@ import sys
 import types
 
 LIB = "lib"
-READY_MADE = frozenset({  # 按字符串认的名字：torch 里现成的注意力（公开的和私有的）
+READY_MADE = frozenset({  # torch 里现成的注意力的名字；私有的那些在 getattr 里写出来也算（见 _private_op）
     "scaled_dot_product_attention", "multi_head_attention_forward", "MultiheadAttention", "_native_multi_head_attention",
     "_scaled_dot_product_attention_math", "_scaled_dot_product_attention_math_for_mps",
     "_scaled_dot_product_flash_attention", "_scaled_dot_product_flash_attention_for_cpu",
@@ -127,8 +127,8 @@ def _private_op(text: str) -> bool:
 
 
 def _read_code(fn, home: dict, todo: list) -> str | None:
-    """学生的函数 fn（连同里面定义的函数）的字节码：import 了 lib、从模块上取到现成的注意力、写着 READY_MADE 里的
-    名字 → 那个名字；全局名字指向的对象放进 todo（由 borrowed 接着看）。"""
+    """学生的函数 fn（连同里面定义的函数）的字节码：import 了 lib、从模块上（按属性或用 getattr）取到现成的注意力
+    → 那个名字；全局名字指向的对象放进 todo（由 borrowed 接着看）。"""
     codes = [fn.__code__]
     while codes:
         code = codes.pop()
@@ -178,7 +178,8 @@ def borrowed(fn, home: dict | None = None) -> str | None:
                 return f"{_label(obj)}，在 {where} 里"
             if isinstance(obj, types.FunctionType) and obj.__globals__ is home:
                 where = obj.__qualname__
-                found, more = _read_code(obj, home, found_objects := []), found_objects
+                more = []
+                found = _read_code(obj, home, more)
                 if found:
                     return f"{found}，在 {where} 里"
                 todo += [(o, where) for o in more]
