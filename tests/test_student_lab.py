@@ -187,18 +187,31 @@ def _wait_saved(page) -> None:
     page.wait_for_function("() => !window.jupyterapp.shell.currentWidget.context.model.dirty", timeout=30_000)
 
 
-def _saved_with_output(path: Path, index: int, timeout: float = 120):
-    """磁盘上的副本：等到第 index 个单元格的输出也存进去了（机器忙时，一次自动保存可能正好落在代码已经运行、
-    输出还没到的时候；输出到了以后模型又变“有改动”，下一次自动保存才写进去。CI 的 2 个核都被占满时要几十秒）。"""
+def _wait_on_disk(path: Path, index: int, what, timeout: float) -> nbformat.NotebookNode | None:
     deadline = time.monotonic() + timeout
-    while True:
+    while time.monotonic() < deadline:
         nb = nbformat.read(path, as_version=4)
-        if nb.cells[index].get("outputs"):
+        if what(nb.cells[index]):
             return nb
-        assert time.monotonic() < deadline, (
-            f"{timeout:.0f} 秒之内，{path.name} 第 {index} 个单元格的运行结果没有被自动保存到磁盘上："
-            "机器太忙（再跑一次），或者 JupyterLab 的自动保存没有打开（看 _lab_env 的用户设置）")
         time.sleep(0.5)
+    return None
+
+
+def _saved_with_output(page, path: Path, index: int, answer: str, timeout: float = 120):
+    """磁盘上的副本：先等自动保存把答案写进去（学生没按 Ctrl+S），再等第 index 个单元格的输出。
+
+    JupyterLab 的一个竞争：自动保存正好在代码运行、输出还没到的时候开始，输出在保存进行中到达，保存结束时模型被标成
+    “没有改动”，这次的输出就要等下一次改动才存（机器很忙、保存很慢时才见得到；CI 上出现过）。所以答案必须由自动
+    保存写进去；输出在 30 秒内没存进去、模型又显示没有改动时，像学生一样按一次 Ctrl+S。"""
+    saved = _wait_on_disk(path, index, lambda c: c.source == answer, timeout)
+    assert saved is not None, (f"{timeout:.0f} 秒之内，{path.name} 第 {index} 个单元格的答案没有被自动保存到磁盘上："
+                               "机器太忙（再跑一次），或者 JupyterLab 的自动保存没有打开（看 _lab_env 的用户设置）")
+    nb = _wait_on_disk(path, index, lambda c: bool(c.get("outputs")), 30)
+    if nb is None and not page.evaluate("() => window.jupyterapp.shell.currentWidget.context.model.dirty"):
+        page.evaluate("async () => { await window.jupyterapp.commands.execute('docmanager:save'); }")
+        nb = _wait_on_disk(path, index, lambda c: bool(c.get("outputs")), timeout)
+    assert nb is not None, f"{path.name} 第 {index} 个单元格的运行结果没有存到磁盘上（自动保存和 Ctrl+S 都没有）"
+    return nb
 
 
 def _close(page) -> None:
@@ -286,7 +299,7 @@ def test_make_update_keeps_the_answer_and_brings_the_new_version(course, student
     _open(page, EXERCISE)
     index = _type_answer(page, ANSWER_ID, ANSWER)
     _wait_saved(page)  # 学生没按 Ctrl+S：自动保存把答案写进了副本
-    mine = _saved_with_output(student / "mywork" / EXERCISE, index)
+    mine = _saved_with_output(page, student / "mywork" / EXERCISE, index, ANSWER)
     assert mine.cells[index].source == ANSWER and "我的答案" in mine.cells[index].outputs[0]["text"]
     # 课程组改了一页和这个练习（都是答题单元格以外的地方），提交到上游
     statement = nbformat.read(up / EXERCISE, as_version=4).cells[index - 1]  # 答题单元格上面的题目
