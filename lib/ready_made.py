@@ -9,7 +9,9 @@
 - torch 里名字带 attention 的对象：``F.scaled_dot_product_attention``、``nn.MultiheadAttention``、
   ``torch._scaled_dot_product_attention_math``、``torch.ops.aten`` 里的……；不管是直接拿着它、从模块上按属性取到它
   （``F.x``、``torch.nn.functional.x``、函数里 import 之后再取），还是放在默认参数、容器、类和实例的属性里；
-- ``getattr(模块, "名字")`` 取到的现成的注意力，以及 ``getattr`` 里写着的 torch 私有算子的名字。
+- ``getattr(模块, "名字")`` 取到的现成的注意力，以及 ``getattr`` 里写着的 torch 私有算子的名字；
+- 在来历不明的对象上（模块放在默认参数、属性、字典里，或者当参数传进来）取 ``scaled_dot_product_attention`` 这类
+  名字的属性——除非学生自己的函数、类、实例、字典里有这个名字（那是学生自己的方法或属性）。
 
 判断的是对象，不是名字：学生自己的函数、方法、属性和库里的同名都没关系；print 和配置里写着的名字、字符串也不算。
 反过来，按运行时才拼出来的名字找对象（``importlib.import_module("lib.transformer")``、``sys.modules[…]``、``__import__``、
@@ -34,6 +36,8 @@ READY_MADE = frozenset({  # torch 里现成的注意力的名字；私有的那�
     "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention", "_triton_multi_head_attention",
     "_triton_scaled_dot_attention"})
 MAX_OBJECTS, MAX_ITEMS = 20_000, 1_000  # 走到这么多对象、容器里这么多项就停（学生的大数组不是容器）
+PUBLIC_READY_MADE = frozenset(name for name in READY_MADE if not name.startswith("_"))
+_ATTR_OPS = ("LOAD_ATTR", "LOAD_METHOD")
 _PASS_THROUGH = frozenset({"SWAP", "POP_TOP", "COPY", "CACHE", "PRECALL", "NOP", "EXTENDED_ARG", "PUSH_NULL", "RESUME"})
 
 
@@ -115,10 +119,9 @@ def _module(name: str, fromlist) -> object:
     return sys.modules.get(name if fromlist else name.split(".")[0])
 
 
-def _uses_getattr(code, home: dict) -> bool:
-    """这个代码对象用到了内置的 getattr 吗（没有被学生的同名变量盖住）？"""
-    return any(ins.opname in ("LOAD_GLOBAL", "LOAD_NAME") and ins.argval == "getattr"
-               and home.get("getattr", builtins.getattr) is builtins.getattr for ins in dis.get_instructions(code))
+def _getattr_call(op: str, arg, home: dict) -> bool:
+    """这条指令取的是内置的 getattr 吗（没有被学生的同名变量盖住）？它后面的模块和字符串就是 getattr 的参数。"""
+    return op in ("LOAD_GLOBAL", "LOAD_NAME") and arg == "getattr" and home.get("getattr", builtins.getattr) is builtins.getattr
 
 
 def _private_op(text: str) -> bool:
@@ -126,20 +129,24 @@ def _private_op(text: str) -> bool:
     return text.startswith("_") and text in READY_MADE
 
 
-def _read_code(fn, home: dict, todo: list) -> str | None:
+def _read_code(fn, home: dict, todo: list, names: list) -> str | None:
     """学生的函数 fn（连同里面定义的函数）的字节码：import 了 lib、从模块上（按属性或用 getattr）取到现成的注意力
-    → 那个名字；全局名字指向的对象放进 todo（由 borrowed 接着看）。"""
+    → 那个名字；全局名字指向的对象放进 todo（由 borrowed 接着看）。在来历不明的对象上取 scaled_dot_product_attention
+    这类名字的属性（模块放在默认参数、属性、字典里，或者当参数传进来），记进 names：不是学生自己的东西才算。"""
     codes = [fn.__code__]
     while codes:
         code = codes.pop()
         codes += [c for c in code.co_consts if isinstance(c, types.CodeType)]
-        getattr_used = _uses_getattr(code, home)
-        current, base, local_modules, last_const = None, None, {}, None
+        current, base, local_modules, last_const, in_getattr = None, None, {}, None, False
         for ins in dis.get_instructions(code):
             op, arg = ins.opname, ins.argval
-            if getattr_used and op == "LOAD_CONST" and isinstance(arg, str) and (
+            if in_getattr and op == "LOAD_CONST" and isinstance(arg, str) and (
                     _private_op(arg) or (isinstance(current, types.ModuleType) and _ready_made(getattr(current, arg, None)))):
                 return f"getattr 取的 '{arg}'"  # getattr(F, "scaled_dot_product_attention")、getattr(torch.ops.aten, "_…")
+            if op in _ATTR_OPS and current is None and arg in PUBLIC_READY_MADE:
+                names.append((str(arg), fn.__qualname__))  # backend.scaled_dot_product_attention：最后看是不是学生自己的
+            in_getattr = _getattr_call(op, arg, home) or (in_getattr and (op in _PASS_THROUGH or op in _ATTR_OPS
+                                                                          or op in ("LOAD_GLOBAL", "LOAD_NAME", "LOAD_FAST")))
             if op == "IMPORT_NAME":
                 if str(arg).split(".")[0] == LIB:
                     return str(arg)
@@ -167,7 +174,7 @@ def _read_code(fn, home: dict, todo: list) -> str | None:
 def borrowed(fn, home: dict | None = None) -> str | None:
     """fn 用到的代码里有现成的注意力时，返回“名字（在哪里）”；没有时 None。home：学生 notebook 的全局字典。"""
     home = getattr(fn, "__globals__", {}) if home is None else home
-    todo, seen = [(fn, _label(fn))], set()
+    todo, seen, names, own = [(fn, _label(fn))], set(), [], set()
     while todo and len(seen) < MAX_OBJECTS:
         obj, where = todo.pop()
         if obj is None or id(obj) in seen:
@@ -179,14 +186,26 @@ def borrowed(fn, home: dict | None = None) -> str | None:
             if isinstance(obj, types.FunctionType) and obj.__globals__ is home:
                 where = obj.__qualname__
                 more = []
-                found = _read_code(obj, home, more)
+                found = _read_code(obj, home, more, names)
                 if found:
                     return f"{found}，在 {where} 里"
                 todo += [(o, where) for o in more]
+                own.add(obj.__name__)
+            own.update(_own_names(obj, home))
             todo += [(o, where) for o in _parts(obj, home)]
         except Exception:  # noqa: BLE001  学生的对象再怪也只是“看不出”
             continue
-    return None
+    return next((f"{name}，在 {where} 里" for name, where in names if name not in own), None)
+
+
+def _own_names(obj, home: dict) -> set:
+    """学生自己的东西里的名字（类、实例、SimpleNamespace、自己造的模块的属性，字典的键）：这些名字的属性是学生自己的。"""
+    if isinstance(obj, dict):
+        return {k for k in obj if isinstance(k, str)} if obj is not home else set()
+    if _students_class(obj, home) or _handmade_module(obj) or isinstance(obj, types.SimpleNamespace) \
+            or _students_class(type(obj), home):
+        return set(vars(obj))
+    return set()
 
 
 def borrowed_message(what: str, name: str) -> str:

@@ -272,6 +272,20 @@ READY_MADE_ANSWERS.update({  # helper-36 试过的接法：nn.MultiheadAttention
                  "wrap = Wrap(torch.nn.MultiheadAttention(4, 1))\n" + _MHA +
                  "def self_attention(Q, K, V, mask=None):\n    return _mha(wrap.m, Q, K, V)\n",
 })
+_F_STEPS = ("    w = torch.softmax(T(Q) @ T(K).transpose(-1, -2) / Q.shape[-1] ** 0.5, -1)\n"
+            "    return {F}.scaled_dot_product_attention(T(Q), T(K), T(V), T(mask)).numpy(), w.numpy()\n")
+READY_MADE_ANSWERS.update({  # helper-40：torch.nn.functional 这个模块先放在别处，再从它上面取
+    "module as a default argument": "import torch.nn.functional as F\n" + _TO_T +
+        "def self_attention(Q, K, V, mask=None, backend=F):\n" + _F_STEPS.format(F="backend"),
+    "module as an instance attribute": "import torch.nn.functional as F\n" + _TO_T +
+        "class Ops:\n    def __init__(self):\n        self.F = F\nOPS = Ops()\n"
+        "def self_attention(Q, K, V, mask=None):\n" + _F_STEPS.format(F="OPS.F"),
+    "module in a dict": "import torch.nn.functional as F\n" + _TO_T + "BACKENDS = {'torch': F}\n"
+        "def self_attention(Q, K, V, mask=None):\n" + _F_STEPS.format(F="BACKENDS['torch']"),
+    "module as a parameter": "import torch.nn.functional as F\n" + _TO_T +
+        "def _attend(ops, Q, K, V, mask):\n" + _F_STEPS.format(F="ops") +
+        "def self_attention(Q, K, V, mask=None):\n    return _attend(F, Q, K, V, mask)\n",
+})
 OWN_ANSWERS = {  # 自己写的：名字和库函数一样、写成类或可调用对象、用 torch 的张量运算和 torch.softmax
     "own function with lib's name": (
         "def scaled_dot_product_attention(Q, K, V, mask):\n" + _NUMPY_STEPS +
@@ -338,6 +352,12 @@ OWN_ANSWERS = {  # 自己写的：名字和库函数一样、写成类或可调�
         "def self_attention(Q, K, V, mask=None):\n    xp = importlib.import_module(CONFIG['lib'])\n"
         "    if DEBUG:\n        print('reference: lib.transformer.scaled_dot_product_attention')\n"
         + _NUMPY_STEPS.replace("np.", "xp.")),
+    "hasattr report next to getattr": "import torch.nn.functional as F\n" + _OWN + (  # helper-40
+        "class Settings:\n    verbose = False\n"
+        "def self_attention(Q, K, V, mask=None):\n"
+        "    if getattr(Settings, 'verbose', False):\n"
+        "        print('torch has sdpa:', hasattr(F, 'scaled_dot_product_attention'))\n"
+        "    return _own(Q, K, V, mask)\n"),
     "torch steps": _TO_T + (
         "def self_attention(Q, K, V, mask=None):\n"
         "    s = T(Q) @ T(K).transpose(-1, -2) / Q.shape[-1] ** 0.5\n"
