@@ -35,6 +35,9 @@ import warnings
 
 import numpy as np
 
+# 练习 1 的 self_attention 里不能有现成的注意力：公开测试、探针和自检用同一个判断（lib/ready_made.py）
+from lib.ready_made import borrowed, borrowed_message  # noqa: F401
+
 MAX_VALUES = 200_000  # 更大的数组只记录形状（练习里没有这么大的答案）
 
 
@@ -423,10 +426,6 @@ def unfinished_reason(fn) -> str:
         return LEFTOVER_RAISE if has_own_code(fn) else "还没有作答（仍是 raise NotImplementedError()）"
     except Exception:  # noqa: BLE001  学生的对象再怪也只影响说明
         return "还没有作答（仍是 raise NotImplementedError()）"
-
-
-# 练习 1 的 self_attention 里不能有现成的注意力：公开测试、探针和自检用同一个判断（lib/ready_made.py）
-from lib.ready_made import borrowed, borrowed_message  # noqa: E402,F401
 
 
 def call(fn, *args, what: str | None = None, **kwargs):

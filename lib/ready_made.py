@@ -83,7 +83,7 @@ def _items(values) -> list:
 
 def _parts(obj, home: dict) -> list:
     """obj 里面还要看的对象（只展开学生写的东西和通用的包装、容器）。"""
-    parts = [obj.__wrapped__] if hasattr(type(obj), "__call__") and "__wrapped__" in getattr(obj, "__dict__", {}) else []
+    parts = [obj.__wrapped__] if "__wrapped__" in getattr(obj, "__dict__", {}) else []  # 装饰器包着的原函数
     if isinstance(obj, types.FunctionType):
         parts += _items(getattr(obj, "registry", {}).values())  # functools.singledispatch
         if obj.__globals__ is home:

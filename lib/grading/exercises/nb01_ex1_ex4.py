@@ -272,7 +272,7 @@ def verify_ex1_self_attention(data, seed):
     specs = inputs_self_attention(seed)
     cases = _cases(data, expected=len(specs))
     name = data.get("borrowed")
-    if name is not None:  # 题目要求只用 NumPy：借用 torch 或 lib 的实现不得分（公开测试说的是同一句话）
+    if name is not None:  # 用了 lib 或 torch 现成的注意力：这一题不得分（公开测试、自检说的是同一句话）
         raise Wrong(fmt.borrowed_message("self_attention", str(name)) + "。")
     failed_2d = any("error" in case for spec, case in zip(specs, cases) if not spec["part"].startswith("batch"))
 
